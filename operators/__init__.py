@@ -1,0 +1,1 @@
+"""Deployable controllers: Kubernetes operator, SLURM login-node daemon."""

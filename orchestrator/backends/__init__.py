@@ -1,0 +1,1 @@
+"""Side effects of running jobs: local processes, SLURM, Kubernetes."""

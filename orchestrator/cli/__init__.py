@@ -1,0 +1,1 @@
+"""The gpuctl command line."""

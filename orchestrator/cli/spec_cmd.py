@@ -1,0 +1,34 @@
+"""`gpuctl validate FILE` and `gpuctl spec schema`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from orchestrator.spec import job_spec_json_schema, load_spec_file
+
+
+def register(sub: Any) -> None:
+    validate = sub.add_parser("validate", help="check a job file and print the normalized spec")
+    validate.add_argument("file")
+    validate.add_argument("-q", "--quiet", action="store_true", help="print nothing when the file is valid")
+    validate.set_defaults(run=run_validate)
+
+    spec = sub.add_parser("spec", help="job spec tools")
+    spec_sub = spec.add_subparsers(dest="spec_command", metavar="SUBCOMMAND", required=True)
+    schema = spec_sub.add_parser("schema", help="print the job spec's JSON Schema")
+    schema.set_defaults(run=run_schema)
+
+
+def run_validate(args: argparse.Namespace) -> int:
+    spec = load_spec_file(args.file)
+    if not args.quiet:
+        print(f"{args.file}: valid job spec '{spec.name}'")
+        print(json.dumps(spec.to_dict(), indent=2))
+    return 0
+
+
+def run_schema(args: argparse.Namespace) -> int:
+    print(json.dumps(job_spec_json_schema(), indent=2))
+    return 0

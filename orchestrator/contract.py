@@ -1,0 +1,47 @@
+"""The contract between a backend that launches training and the training process itself.
+
+Backends set these environment variables on every node; the runtime helper
+(:mod:`orchestrator.runtime`) reads them. Neither side imports the other: this module is the whole
+interface, so a training image needs torch and the runtime, not the controller.
+
+torchrun's own variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, ...) are set as usual.
+"""
+
+from __future__ import annotations
+
+import signal
+
+ENV_JOB_ID = "GPUCTL_JOB_ID"
+ENV_ATTEMPT = "GPUCTL_ATTEMPT"
+"""1-based attempt number of the job."""
+ENV_NODE_ID = "GPUCTL_NODE_ID"
+"""Unique id of the node (the backend uses it to find the node's processes again after a restart)."""
+
+ENV_CHECKPOINT_DIR = "GPUCTL_CHECKPOINT_DIR"
+"""Where checkpoints live: a local directory or ``s3://bucket/prefix``."""
+ENV_CHECKPOINT_EVERY_STEPS = "GPUCTL_CHECKPOINT_EVERY_STEPS"
+ENV_CHECKPOINT_EVERY_SECONDS = "GPUCTL_CHECKPOINT_EVERY_SECONDS"
+ENV_CHECKPOINT_KEEP = "GPUCTL_CHECKPOINT_KEEP"
+
+ENV_GLOBAL_BATCH = "GPUCTL_GLOBAL_BATCH"
+"""Samples per optimizer step, kept when the world size changes (gradient accumulation adapts)."""
+
+ENV_PROGRESS_FILE = "GPUCTL_PROGRESS_FILE"
+"""Rank 0 appends one JSON object per line: ``{"time", "step", "total_steps", "loss", "world_size",
+"metrics": {...}}``; a final line has ``"event": "finished"`` and may carry ``"metrics"`` such as
+``{"accuracy": 0.97}``. The controller reads the last lines for live progress and the summary."""
+
+ENV_NOTICE_SIGNAL = "GPUCTL_NOTICE_SIGNAL"
+"""Name of the signal that announces a preemption (default SIGTERM). On it the runtime checkpoints
+at the next step boundary on every rank and exits with :data:`PREEMPTED_EXIT_CODE`."""
+
+DEFAULT_NOTICE_SIGNAL = signal.SIGTERM
+
+PREEMPTED_EXIT_CODE = 75
+"""Exit code (EX_TEMPFAIL) of a training process that stopped for a preemption notice after saving
+a checkpoint: "resume me". torchrun itself exits 1 when signalled, so backends also remember which
+nodes they sent a notice to."""
+
+ENV_NOTICE_FILE = "GPUCTL_NOTICE_FILE"
+"""Optional path: when this file appears, the runtime treats it as a preemption notice (used by the
+monitor sidecar, which polls the cloud's metadata endpoint, on backends where it cannot signal)."""

@@ -1,0 +1,1 @@
+"""The reconcile loop: a pure decision step and a driver that applies its actions."""

@@ -1,0 +1,1 @@
+"""Cost ledger and reports."""

@@ -1,0 +1,1 @@
+"""Cost-cutting policies: market and zone, resume, rescale, right-size."""

@@ -1,0 +1,209 @@
+"""The typed model of a job spec (job.yaml).
+
+One source of truth: the JSON Schema printed by ``gpuctl spec schema`` and the Kubernetes CRD's
+OpenAPI schema are both generated from these classes.
+
+Field names are close to SkyPilot tasks and Kubeflow PyTorchJobs::
+
+    name: quickstart
+    command: train.py --epochs 3          # run once per node under torchrun
+    resources: {gpu_types: [V100], gpus_per_node: 1, nodes: 2}
+    market: {mode: spot-with-fallback, zones: [us-east-1a]}
+    goals: {deadline: 2h, budget_usd: 5}
+    checkpoint: {path: ./checkpoints, every_steps: 20, keep: 3, notice_grace_seconds: 30}
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import re
+import shlex
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from orchestrator.spec.durations import parse_deadline, parse_duration
+
+NAME_PATTERN = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
+
+
+class _Strict(BaseModel):
+    """Unknown fields are errors, so a misspelled key never silently does nothing."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class MarketMode(StrEnum):
+    SPOT = "spot"
+    ON_DEMAND = "on-demand"
+    SPOT_WITH_FALLBACK = "spot-with-fallback"
+
+
+class GpuChoice(StrEnum):
+    ORDERED = "ordered"
+    """Take the first type in ``gpu_types`` that has capacity and fits the budget."""
+    CHEAPEST = "cheapest"
+    """Take the cheapest of ``gpu_types`` for the work."""
+
+
+class RightSize(StrEnum):
+    OFF = "off"
+    RECOMMEND = "recommend"
+    AUTO = "auto"
+
+
+class NodeRange(_Strict):
+    min: Annotated[int, Field(ge=1, description="fewest nodes the job may run on")]
+    max: Annotated[int, Field(ge=1, description="most nodes the job may use")]
+
+    @model_validator(mode="after")
+    def _min_not_above_max(self) -> NodeRange:
+        if self.min > self.max:
+            raise ValueError(f"min ({self.min}) is above max ({self.max}); set min <= max")
+        return self
+
+
+class Resources(_Strict):
+    gpu_types: Annotated[
+        list[str],
+        Field(min_length=1, description="acceptable GPU types (catalog names such as H100, A100-80GB, L4)"),
+    ] = ["V100"]
+    gpu_choice: GpuChoice = GpuChoice.ORDERED
+    gpus_per_node: Annotated[int, Field(ge=1, le=16)] = 1
+    nodes: Annotated[
+        int | NodeRange, Field(description="a fixed number of nodes, or {min, max} for an elastic job")
+    ] = 1
+    cpus_per_node: Annotated[float | None, Field(gt=0)] = None
+    memory_gib_per_node: Annotated[float | None, Field(gt=0)] = None
+
+    @field_validator("nodes")
+    @classmethod
+    def _positive_nodes(cls, v: int | NodeRange) -> int | NodeRange:
+        if isinstance(v, int) and v < 1:
+            raise ValueError("nodes must be at least 1")
+        return v
+
+    @property
+    def min_nodes(self) -> int:
+        return self.nodes.min if isinstance(self.nodes, NodeRange) else self.nodes
+
+    @property
+    def max_nodes(self) -> int:
+        return self.nodes.max if isinstance(self.nodes, NodeRange) else self.nodes
+
+    @property
+    def elastic(self) -> bool:
+        return self.min_nodes != self.max_nodes
+
+
+class Market(_Strict):
+    mode: MarketMode = MarketMode.SPOT_WITH_FALLBACK
+    cloud: str | None = Field(default=None, description="aws, gcp or azure; any when unset")
+    regions: list[str] = []
+    zones: list[str] = []
+    max_hourly_usd: Annotated[float | None, Field(gt=0, description="cap on the whole job's hourly price")] = (
+        None
+    )
+    policy: str | None = Field(default=None, description="market/zone policy name; gpuctl's default if unset")
+
+
+class Goals(_Strict):
+    deadline: str | None = Field(
+        default=None, description="a duration from submission ('6h') or an ISO 8601 time"
+    )
+    budget_usd: Annotated[float | None, Field(gt=0)] = None
+    compute_hours: Annotated[
+        float | None, Field(gt=0, description="estimated work at full size, for deadline-aware placement")
+    ] = None
+
+    @field_validator("deadline")
+    @classmethod
+    def _deadline_parses(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        parse_deadline(v, datetime.now(UTC))
+        return v
+
+
+class Checkpoint(_Strict):
+    path: str | None = Field(
+        default=None, description="directory or s3://bucket/prefix; default: the job's folder in GPUCTL_HOME"
+    )
+    every_steps: Annotated[int | None, Field(ge=1)] = None
+    every: str | None = Field(default=None, description="time between checkpoints, such as '5m'")
+    keep: Annotated[int, Field(ge=1)] = 3
+    notice_grace_seconds: Annotated[
+        float, Field(ge=0, description="time between the preemption notice and the kill")
+    ] = 30.0
+
+    @field_validator("every")
+    @classmethod
+    def _every_parses(cls, v: str | None) -> str | None:
+        if v is not None and parse_duration(v).total_seconds() <= 0:
+            raise ValueError("must be longer than zero")
+        return v
+
+
+class Recovery(_Strict):
+    max_restarts: Annotated[int, Field(ge=0, description="crashes (not preemptions) retried before FAILED")] = 3
+    retry_exit_codes: list[int] = Field(
+        default=[], description="exit codes of the training command that mean 'retry'; any when empty"
+    )
+    max_preemptions: Annotated[int | None, Field(ge=0)] = None
+
+
+class Policies(_Strict):
+    right_size: RightSize = RightSize.OFF
+    rescale: bool = True
+    global_batch: Annotated[
+        int | None, Field(ge=1, description="samples per optimizer step, kept across world sizes")
+    ] = None
+
+
+class JobSpec(_Strict):
+    """A training job: what runs, on what, under which goals."""
+
+    name: Annotated[str, Field(pattern=NAME_PATTERN, description="lowercase letters, digits and '-'")]
+    team: str = "default"
+    user: str = Field(default_factory=lambda: os.environ.get("GPUCTL_USER") or getpass.getuser())
+    labels: dict[str, str] = {}
+    command: Annotated[
+        str | list[str],
+        Field(description="script and arguments, run once per node under torchrun: 'train.py --lr 0.1'"),
+    ]
+    workdir: str = "."
+    env: dict[str, str] = {}
+    setup: str | None = Field(default=None, description="shell commands run once per node before training")
+    image: str | None = Field(default=None, description="container image (Kubernetes)")
+    resources: Resources = Resources()
+    market: Market = Market()
+    goals: Goals = Goals()
+    checkpoint: Checkpoint = Checkpoint()
+    recovery: Recovery = Recovery()
+    policies: Policies = Policies()
+
+    @field_validator("command")
+    @classmethod
+    def _command_not_empty(cls, v: str | list[str]) -> str | list[str]:
+        tokens = shlex.split(v) if isinstance(v, str) else v
+        if not tokens:
+            raise ValueError("command is empty; give the training script, e.g. 'train.py --epochs 3'")
+        return v
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, v: dict[str, str]) -> dict[str, str]:
+        for key in v:
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+                raise ValueError(f"'{key}' is not a valid environment variable name")
+        return v
+
+    @property
+    def command_argv(self) -> list[str]:
+        return shlex.split(self.command) if isinstance(self.command, str) else list(self.command)
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude_none=True)

@@ -1,0 +1,1 @@
+"""Job state: status enum and transitions, the SQLite store, events."""

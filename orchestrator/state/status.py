@@ -1,0 +1,73 @@
+"""Job status, failure reasons and the one table of allowed transitions.
+
+    PENDING → PLACING → LAUNCHING → RUNNING → SUCCEEDED
+                 ▲          ▲          │  ▲
+                 │          │          ▼  │
+                 └── RECOVERING ◀── PREEMPTED     RUNNING ⇄ RESCALING
+    any non-terminal state → FAILED(reason) | CANCELLED
+
+Every change goes through :func:`check_transition`; an illegal one is a gpuctl bug and raises.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from orchestrator.errors import InternalError
+
+
+class JobStatus(StrEnum):
+    PENDING = "PENDING"
+    PLACING = "PLACING"
+    LAUNCHING = "LAUNCHING"
+    RUNNING = "RUNNING"
+    RESCALING = "RESCALING"
+    PREEMPTED = "PREEMPTED"
+    RECOVERING = "RECOVERING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL
+
+
+class FailureReason(StrEnum):
+    NO_CAPACITY = "no_capacity"
+    OVER_BUDGET = "over_budget"
+    DEADLINE_IMPOSSIBLE = "deadline_impossible"
+    USER_CODE_ERROR = "user_code_error"
+    TOO_MANY_RESTARTS = "too_many_restarts"
+    BACKEND_ERROR = "backend_error"
+
+
+TERMINAL = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
+
+_S = JobStatus
+ALLOWED_TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
+    _S.PENDING: frozenset({_S.PLACING}),
+    _S.PLACING: frozenset({_S.LAUNCHING, _S.RECOVERING}),
+    _S.LAUNCHING: frozenset({_S.RUNNING, _S.PREEMPTED, _S.RECOVERING, _S.SUCCEEDED}),
+    _S.RUNNING: frozenset({_S.SUCCEEDED, _S.PREEMPTED, _S.RESCALING, _S.RECOVERING}),
+    _S.RESCALING: frozenset({_S.RUNNING, _S.PREEMPTED, _S.RECOVERING, _S.SUCCEEDED}),
+    _S.PREEMPTED: frozenset({_S.RECOVERING}),
+    _S.RECOVERING: frozenset({_S.PLACING, _S.LAUNCHING}),
+    _S.SUCCEEDED: frozenset(),
+    _S.FAILED: frozenset(),
+    _S.CANCELLED: frozenset(),
+}
+"""Transitions besides these: every non-terminal state may go to FAILED or CANCELLED."""
+
+
+def can_transition(current: JobStatus, target: JobStatus) -> bool:
+    if current.terminal:
+        return False
+    if target in (JobStatus.FAILED, JobStatus.CANCELLED):
+        return True
+    return target in ALLOWED_TRANSITIONS[current]
+
+
+def check_transition(current: JobStatus, target: JobStatus) -> None:
+    if not can_transition(current, target):
+        raise InternalError(f"illegal job status transition {current} -> {target}")
