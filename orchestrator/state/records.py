@@ -1,0 +1,79 @@
+"""Plain records stored by the job store; what reports and the ledger read."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from orchestrator.state.status import FailureReason, JobStatus
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    id: str
+    name: str
+    user: str
+    team: str
+    backend: str
+    status: JobStatus
+    failure_reason: FailureReason | None
+    message: str
+    spec_json: str
+    submitted_at: datetime
+    deadline: datetime | None
+    updated_at: datetime
+    attempts: int
+    preemptions: int
+    restarts: int
+    """Crashes retried (preemptions are not counted here)."""
+
+
+@dataclass(frozen=True)
+class SegmentRecord:
+    """A span of time on one set of nodes of one type, market and zone: what the ledger prices.
+
+    ``ended_at`` is ``None`` while the segment is open. Prices are per node-hour.
+    """
+
+    id: int
+    job_id: str
+    attempt: int
+    gpu_type: str
+    instance_type: str
+    market: str
+    cloud: str
+    region: str
+    zone: str
+    nodes: int
+    gpus_per_node: int
+    started_at: datetime
+    ended_at: datetime | None
+    node_price_usd_per_hour: float
+    on_demand_node_price_usd_per_hour: float
+    price_source: str
+    end_reason: str | None
+
+    @property
+    def gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    def hours(self, now: datetime) -> float:
+        end = self.ended_at or now
+        return max(0.0, (end - self.started_at).total_seconds() / 3600.0)
+
+    def cost_usd(self, now: datetime) -> float:
+        return self.hours(now) * self.nodes * self.node_price_usd_per_hour
+
+    def on_demand_equivalent_usd(self, now: datetime) -> float:
+        return self.hours(now) * self.nodes * self.on_demand_node_price_usd_per_hour
+
+
+@dataclass(frozen=True)
+class EventRecord:
+    id: int
+    job_id: str
+    time: datetime
+    kind: str
+    """``transition``, ``launch``, ``preemption_notice``, ``node_lost``, ``rescale``, ``segment``, ..."""
+    message: str
+    status: JobStatus | None
