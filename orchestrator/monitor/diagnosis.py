@@ -21,6 +21,11 @@ from orchestrator.monitor.summary import read_summaries
 GIB = 2**30
 
 
+def pct(fraction: float) -> str:
+    """0.38 -> '38 %'."""
+    return f"{fraction * 100:.0f} %"
+
+
 @dataclass(frozen=True)
 class Thresholds:
     input_bound_fraction: float = 0.05
@@ -122,7 +127,7 @@ def diagnose_steps(steps: Sequence[StepTiming], t: Thresholds = Thresholds()) ->
         Finding(
             "input-bound",
             severity,
-            f"input-bound: {fraction:.0%} of step time waiting for data (over {t.input_bound_fraction:.0%})",
+            f"input-bound: {pct(fraction)} of step time waiting for data (over {pct(t.input_bound_fraction)})",
             {
                 "data_fraction": round(fraction, 4),
                 "steps": len(usable),
@@ -160,7 +165,7 @@ def diagnose_usage(
             Finding(
                 "memory-pressure",
                 "warning",
-                f"peak memory {mem_fraction:.0%} of {total_gib:.0f} GiB (over {t.high_memory_fraction:.0%}): "
+                f"peak memory {pct(mem_fraction)} of {total_gib:.0f} GiB (over {pct(t.high_memory_fraction)}): "
                 "close to out-of-memory",
                 {"mem_max_gib": round(usage.mem_max_bytes / GIB, 2), "mem_total_gib": round(total_gib, 2)},
                 "lower the per-GPU batch (keep the global batch with gradient accumulation), use activation "
@@ -185,7 +190,7 @@ def diagnose_usage(
             Finding(
                 "idle-gpu",
                 "critical" if idle >= 0.5 else "warning",
-                f"GPUs idle {idle:.0%} of the time "
+                f"GPUs idle {pct(idle)} of the time "
                 f"({usage.idle_seconds:.0f} of {gpu_seconds:.0f} GPU-seconds)",
                 {"idle_fraction": round(idle, 4), "idle_gpu_seconds": round(usage.idle_seconds, 1)},
                 "use fewer GPUs, make sure every rank gets work, "
@@ -197,7 +202,7 @@ def diagnose_usage(
             Finding(
                 "clock-throttled",
                 "warning",
-                f"clocks slowed by power or thermal limits in {usage.throttled_fraction:.0%} of samples",
+                f"clocks slowed by power or thermal limits in {pct(usage.throttled_fraction)} of samples",
                 {"throttled_fraction": round(usage.throttled_fraction, 4)},
                 "check cooling and power capping on the host; report the node to the provider if it persists",
             )
@@ -224,7 +229,7 @@ def _oversized(
         key=lambda c: (c.relative_price, c.memory_gib),
     )
     names = "/".join(c.gpu_type for c in fits[:3])
-    head = f"memory {mem_fraction:.0%} of {total_gib:.0f} GiB and utilization {usage.util_mean_pct:.0f} %"
+    head = f"memory {pct(mem_fraction)} of {total_gib:.0f} GiB and utilization {usage.util_mean_pct:.0f} %"
     evidence: dict[str, Any] = {
         "mem_max_gib": round(usage.mem_max_bytes / GIB, 2),
         "mem_total_gib": round(total_gib, 2),
