@@ -127,7 +127,8 @@ def diagnose_steps(steps: Sequence[StepTiming], t: Thresholds = Thresholds()) ->
         Finding(
             "input-bound",
             severity,
-            f"input-bound: {pct(fraction)} of step time waiting for data (over {pct(t.input_bound_fraction)})",
+            f"input-bound: {pct(fraction)} of step time waiting for data "
+            f"(over {pct(t.input_bound_fraction)})",
             {
                 "data_fraction": round(fraction, 4),
                 "steps": len(usable),
@@ -165,8 +166,8 @@ def diagnose_usage(
             Finding(
                 "memory-pressure",
                 "warning",
-                f"peak memory {pct(mem_fraction)} of {total_gib:.0f} GiB (over {pct(t.high_memory_fraction)}): "
-                "close to out-of-memory",
+                f"peak memory {pct(mem_fraction)} of {total_gib:.0f} GiB "
+                f"(over {pct(t.high_memory_fraction)}): close to out-of-memory",
                 {"mem_max_gib": round(usage.mem_max_bytes / GIB, 2), "mem_total_gib": round(total_gib, 2)},
                 "lower the per-GPU batch (keep the global batch with gradient accumulation), use activation "
                 "checkpointing or mixed precision",

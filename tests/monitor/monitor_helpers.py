@@ -11,7 +11,9 @@ H100X8 = DATA / "h100x8_synthetic.jsonl"
 GIB = 2**30
 
 
-def make_sample(time: float, gpu: int = 0, util: float = 50.0, mem_gib: float = 10.0, **extra: object) -> GpuSample:
+def make_sample(
+    time: float, gpu: int = 0, util: float = 50.0, mem_gib: float = 10.0, **extra: object
+) -> GpuSample:
     fields: dict[str, object] = {
         "time": time,
         "gpu": gpu,

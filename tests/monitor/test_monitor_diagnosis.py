@@ -113,7 +113,9 @@ def test_diagnose_files_reads_progress_and_summaries(tmp_path: Path) -> None:
     summaries = tmp_path / "summary.jsonl"
     summaries.write_text(json.dumps(window(util_mean_pct=30.0)) + "\n")
     progress = tmp_path / "progress.jsonl"
-    lines = [{"time": i, "step": i, "loss": 1.0, "data_s": 0.3, "compute_s": 0.7} for i in range(5)]
+    lines: list[dict[str, Any]] = [
+        {"time": i, "step": i, "loss": 1.0, "data_s": 0.3, "compute_s": 0.7} for i in range(5)
+    ]
     lines.append({"time": 9, "step": 5, "metrics": {"data_s": 0.3, "compute_s": 0.7}})
     lines.append({"event": "finished"})
     progress.write_text("\n".join(json.dumps(line) for line in lines) + "\n{partial")

@@ -69,7 +69,9 @@ def test_dcgm_names_units_and_labels_after_replay(served: tuple[GpuCollector, Me
     free = {s.labels["gpu"]: s.value for s in families["DCGM_FI_DEV_FB_FREE"].samples}  # type: ignore[attr-defined]
     for sample in last:
         assert by_gpu[str(sample.gpu)] == pytest.approx(sample.mem_used_bytes / 2**20)
-        assert free[str(sample.gpu)] == pytest.approx((sample.mem_total_bytes - sample.mem_used_bytes) / 2**20)
+        assert free[str(sample.gpu)] == pytest.approx(
+            (sample.mem_total_bytes - sample.mem_used_bytes) / 2**20
+        )
     util = {s.labels["UUID"]: s.value for s in families["DCGM_FI_DEV_GPU_UTIL"].samples}  # type: ignore[attr-defined]
     assert util == {s.uuid: s.util_pct for s in last}
     power = families["DCGM_FI_DEV_POWER_USAGE"].samples[0]  # type: ignore[attr-defined]
@@ -105,5 +107,10 @@ def test_profiling_series_absent_without_gpm(served: tuple[GpuCollector, Metrics
 
 def test_kubernetes_labels_only_on_kubernetes() -> None:
     assert kubernetes_labels({}) == {}
-    env = {"KUBERNETES_SERVICE_HOST": "10.0.0.1", "POD_NAME": "p", "POD_NAMESPACE": "ns", "CONTAINER_NAME": "c"}
+    env = {
+        "KUBERNETES_SERVICE_HOST": "10.0.0.1",
+        "POD_NAME": "p",
+        "POD_NAMESPACE": "ns",
+        "CONTAINER_NAME": "c",
+    }
     assert kubernetes_labels(env) == {"pod": "p", "namespace": "ns", "container": "c"}

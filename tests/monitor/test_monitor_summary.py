@@ -58,7 +58,9 @@ def test_windows_close_on_time_and_across_gpus() -> None:
     for t in range(25):
         tick = [
             make_sample(float(t), gpu=0, util=100.0, sm_activity=0.8),
-            make_sample(float(t), gpu=1, util=0.0, sm_activity=None, clock_event_reasons=0x4 if t < 5 else 0x1),
+            make_sample(
+                float(t), gpu=1, util=0.0, sm_activity=None, clock_event_reasons=0x4 if t < 5 else 0x1
+            ),
         ]
         window = aggregator.add(tick)
         if window is not None:
