@@ -44,7 +44,7 @@ def add_monitor_arguments(parser: argparse.ArgumentParser) -> None:
         "--source",
         nargs="+",
         default=["nvml"],
-        metavar="nvml|replay FILE",
+        metavar="SOURCE",
         help="where samples come from: nvml (default) or `replay FILE` (JSON lines)",
     )
     parser.add_argument("--loop", action="store_true", help="replay: start over at the end of the file")
