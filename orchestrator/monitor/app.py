@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from orchestrator.contract import ENV_JOB_ID, ENV_NOTICE_FILE
-from orchestrator.errors import UserError
+from orchestrator.errors import TemporaryError, UserError
 from orchestrator.monitor.metrics import GpuCollector, MetricsServer
 from orchestrator.monitor.notices import NoticeNotifier, NoticeWatcher, make_notice_source
 from orchestrator.monitor.samples import GpuSample, ReplaySource
@@ -137,12 +137,21 @@ class Monitor:
         collector: GpuCollector,
         aggregator: WindowAggregator,
         writer: SummaryWriter | None,
+        log: Callable[[str], None] = lambda _line: None,
     ) -> None:
         self.source, self.collector, self.aggregator, self.writer = source, collector, aggregator, writer
+        self.log = log
+        self.failed_reads = 0
 
     def tick(self) -> bool:
-        """False when the source has no more samples."""
-        samples = self.source.sample()
+        """False when the source has no more samples. A failed read is logged and skipped."""
+        try:
+            samples = self.source.sample()
+        except TemporaryError as err:
+            self.failed_reads += 1
+            if self.failed_reads in (1, 10) or self.failed_reads % 600 == 0:
+                self.log(f"{err.what} ({self.failed_reads} failed read(s) so far)")
+            return True
         if samples is None:
             return False
         finished = self.aggregator.add(samples)
@@ -171,6 +180,7 @@ def run_monitor(args: argparse.Namespace, log: Callable[[str], None] | None = No
         collector,
         WindowAggregator(args.window, args.interval, args.idle_threshold, args.job or None),
         writer,
+        emit,
     )
     server = MetricsServer(collector, args.port, args.addr) if args.port >= 0 else None
     if server is not None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from orchestrator.errors import EnvironmentProblem
+from orchestrator.errors import EnvironmentProblem, TemporaryError
 from orchestrator.monitor.samples import GpuSample, ProcessMemory
 
 NO_NVML_FIX = (
@@ -85,8 +85,18 @@ class NvmlSource:
         return device
 
     def sample(self) -> list[GpuSample]:
+        """One sample per GPU; TemporaryError when a required reading fails (e.g. a GPU fell off)."""
         now = time.time()
-        return [self._sample_device(device, now) for device in self.devices]
+        samples = []
+        for device in self.devices:
+            try:
+                samples.append(self._sample_device(device, now))
+            except self.nvml.NVMLError as exc:
+                raise TemporaryError(
+                    f"NVML could not read GPU {device.index} ({device.uuid}): {exc}",
+                    "check `nvidia-smi` and the kernel log (Xid errors); the monitor retries next tick",
+                ) from exc
+        return samples
 
     def _sample_device(self, device: _Device, now: float) -> GpuSample:
         nv = self.nvml

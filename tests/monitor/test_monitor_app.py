@@ -127,3 +127,32 @@ def test_diagnose_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert main(["diagnose", "--summaries", str(summary)]) == 0
     assert "[warning] low-utilization" in capsys.readouterr().out
     assert main(["diagnose", "--summaries", str(summary), "--gpu-type", "NoSuchGPU"]) == 2
+
+
+@pytest.mark.slow
+def test_sidecar_process_stops_on_sigterm_and_writes_the_last_window(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    summary = tmp_path / "summary.jsonl"
+    replay = ["--source", "replay", str(H100X8), "--loop", "--interval", "0.02"]
+    command = [sys.executable, "-m", "orchestrator.monitor", *replay, "--port", "-1"]
+    command += ["--summary-file", str(summary), "--window", "1h"]
+    child = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(1.5)
+        assert child.poll() is None and not summary.exists()  # the hour-long window is still open
+        child.send_signal(signal.SIGTERM)
+        assert child.wait(timeout=10) == 0
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        assert child.stderr is not None
+        err = child.stderr.read()
+        child.stderr.close()
+    [window] = [json.loads(line) for line in summary.read_text().splitlines()]
+    assert window["gpus"] == 8 and window["duration_s"] > 0
+    assert "stopped after" in err

@@ -173,3 +173,24 @@ def test_real_gpm_structure_accepts_three_metrics() -> None:
     request.numMetrics = 3
     request.metrics[2].metricId = pynvml.NVML_GPM_METRIC_SM_OCCUPANCY
     assert ctypes.sizeof(request) > 0 and request.metrics[2].metricId == 3
+
+
+def test_lost_gpu_is_a_temporary_error_and_the_monitor_keeps_going() -> None:
+    from orchestrator.errors import TemporaryError
+    from orchestrator.monitor.app import Monitor
+    from orchestrator.monitor.metrics import GpuCollector
+    from orchestrator.monitor.summary import WindowAggregator
+
+    fake = FakeNvml(gpm=False)
+    source = NvmlSource(fake)  # type: ignore[arg-type]
+
+    def fell_off_the_bus(handle: str) -> Any:
+        raise FakeNVMLError("GPU is lost")
+
+    fake.nvmlDeviceGetUtilizationRates = fell_off_the_bus  # type: ignore[method-assign]
+    with pytest.raises(TemporaryError, match="NVML could not read GPU 0"):
+        source.sample()
+    logged: list[str] = []
+    monitor = Monitor(source, GpuCollector(extra_labels={}), WindowAggregator(), None, logged.append)
+    assert monitor.tick() and monitor.tick()
+    assert monitor.failed_reads == 2 and len(logged) == 1
