@@ -41,11 +41,15 @@ class NoticeSource(Protocol):
     def poll(self) -> Notice | None: ...
 
 
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+"""Metadata services are link-local: never go through an HTTP proxy from the environment."""
+
+
 def _request(url: str, method: str, headers: dict[str, str], timeout_s: float) -> tuple[int, str]:
     """(status, body); 0 and the reason when nothing answered."""
     req = urllib.request.Request(url, method=method, headers=headers)
     try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as response:
+        with _DIRECT.open(req, timeout=timeout_s) as response:
             return int(response.status), response.read().decode("utf-8", "replace")
     except urllib.error.HTTPError as exc:
         exc.close()

@@ -212,3 +212,14 @@ def test_notice_signal_from_environment() -> None:
     assert notice_signal({"GPUCTL_NOTICE_SIGNAL": "SIGUSR2"}) == signal.SIGUSR2
     with pytest.raises(Exception, match="not a signal name"):
         notice_signal({"GPUCTL_NOTICE_SIGNAL": "NOPE"})
+
+
+def test_metadata_requests_ignore_proxy_settings(
+    metadata: FakeMetadata, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("http_proxy", "HTTP_PROXY"):
+        monkeypatch.setenv(name, "http://127.0.0.1:9")  # nothing listens there
+    monkeypatch.delenv("no_proxy", raising=False)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    metadata.notice = True
+    assert GcpPreemptedNotice(metadata.url, timeout_s=2).poll() is not None
