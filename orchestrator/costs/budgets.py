@@ -109,7 +109,8 @@ def check_submission(
     cap = spec.market.max_hourly_usd
     if cap is not None and estimated_hourly_usd > cap:
         raise UserError(
-            f"job '{spec.name}' would cost ${estimated_hourly_usd:.2f}/h, above its max_hourly_usd ${cap:.2f}/h",
+            f"job '{spec.name}' would cost ${estimated_hourly_usd:.2f}/h, "
+            f"above its max_hourly_usd ${cap:.2f}/h",
             "raise market.max_hourly_usd, allow spot or cheaper GPU types, or use fewer nodes",
         )
     hours = spec.goals.compute_hours

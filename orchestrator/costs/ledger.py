@@ -26,7 +26,8 @@ class Window:
     def __post_init__(self) -> None:
         if self.end <= self.start:
             raise UserError(
-                f"the report window ends ({self.end.isoformat()}) before it starts ({self.start.isoformat()})",
+                f"the report window ends ({self.end.isoformat()}) "
+                f"before it starts ({self.start.isoformat()})",
                 "give the window as START,END with START before END",
             )
 

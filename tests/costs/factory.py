@@ -12,7 +12,7 @@ T0 = datetime(2026, 3, 2, 10, 0, tzinfo=UTC)
 
 def at(hour: float, day: int = 2) -> datetime:
     h = int(hour)
-    return datetime(2026, 3, day, h, int(round((hour - h) * 60)), tzinfo=UTC)
+    return datetime(2026, 3, day, h, round((hour - h) * 60), tzinfo=UTC)
 
 
 def job(job_id: str, *, user: str = "ana", team: str = "ml-research", preemptions: int = 0) -> JobRecord:
