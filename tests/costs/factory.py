@@ -81,3 +81,39 @@ def preempted_three_times() -> tuple[JobRecord, list[SegmentRecord]]:
         seg("j3", at(14), at(16), price=1.2, od=3.0, nodes=1, zone="us-east-1b", attempt=3),
         seg("j3", at(16.25), at(17.25), price=3.0, od=3.0, nodes=2, market="on-demand", attempt=4),
     ]
+
+
+def fleet(days: int = 5) -> tuple[list[JobRecord], list[SegmentRecord], dict[str, float]]:
+    """A few teams, users, GPU types and markets over ``days`` days, with idle data for most jobs."""
+    jobs: list[JobRecord] = []
+    segments: list[SegmentRecord] = []
+    idle: dict[str, float] = {}
+    gpus = [("V100", 3.06, 0.92), ("A100", 32.77, 12.1), ("T4", 0.53, 0.16)]
+    for i in range(12):
+        jid = f"job{i:02d}"
+        jobs.append(
+            job(jid, user=f"user{i % 4}", team=("ml-research", "vision", "nlp")[i % 3], preemptions=i % 3)
+        )
+        gpu, od, spot = gpus[i % 3]
+        for k in range(i % 3 + 1):
+            start = at(1 + 3 * k, day=1 + i % days)
+            market = "on-demand" if k == 2 else "spot"
+            segments.append(
+                seg(
+                    jid,
+                    start,
+                    start + (at(2) - at(0)),
+                    price=od if market == "on-demand" else spot,
+                    od=od,
+                    nodes=1 + i % 2,
+                    gpus_per_node=(1, 4, 8)[i % 3],
+                    market=market,
+                    gpu=gpu,
+                    attempt=k + 1,
+                )
+            )
+        if i % 4:
+            idle[jid] = (
+                0.1 * (i % 10) * sum(s.hours(at(23, day=28)) * s.gpus for s in segments if s.job_id == jid)
+            )
+    return jobs, segments, idle
