@@ -13,8 +13,8 @@ from orchestrator.costs.render import TABLE_HEADERS, table_cells
 from orchestrator.costs.report import Report
 
 PALETTE = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f"]
-W, H = 560, 260
-LEFT, RIGHT, TOP, BOTTOM = 64, 16, 16, 40
+W, H = 540, 260
+LEFT, RIGHT, TOP, BOTTOM = 64, 16, 24, 40
 
 
 def _fmt(x: float) -> str:
@@ -26,7 +26,7 @@ def _axis(y_max: float, y_label: str, x_labels: Sequence[tuple[float, str]]) -> 
     out = [
         f'<line x1="{LEFT}" y1="{H - BOTTOM}" x2="{W - RIGHT}" y2="{H - BOTTOM}" stroke="#333"/>',
         f'<line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{H - BOTTOM}" stroke="#333"/>',
-        f'<text x="12" y="{TOP + 4}" font-size="11" fill="#333">{escape(y_label)}</text>',
+        f'<text x="{LEFT}" y="{TOP - 10}" font-size="11" fill="#333">{escape(y_label)}</text>',
     ]
     for i in range(1, 5):
         y = H - BOTTOM - i * (H - TOP - BOTTOM) / 4
