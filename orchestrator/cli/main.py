@@ -18,6 +18,7 @@ from orchestrator.errors import GpuctlError
 COMMAND_MODULES = [
     "orchestrator.cli.spec_cmd",
     "orchestrator.cli.cost_cmd",
+    "orchestrator.cli.catalog_cmd",
 ]
 
 
