@@ -93,6 +93,7 @@ def run_refresh(args: argparse.Namespace) -> int:
         print(f"note: {note}")
     print(
         f"wrote {len(result.offers)} AWS offers ({result.spot_prices} spot, "
-        f"{result.on_demand_prices} on-demand prices, fetched {result.fetched_at.isoformat()}) to {result.path}"
+        f"{result.on_demand_prices} on-demand prices, fetched {result.fetched_at.isoformat()}) "
+        f"to {result.path}"
     )
     return 0
