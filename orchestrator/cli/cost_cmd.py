@@ -15,7 +15,7 @@ from rich.console import Console
 from orchestrator.costs.html import to_html
 from orchestrator.costs.inputs import ReportInputs, read_inputs_file, read_ledger
 from orchestrator.costs.ledger import Window
-from orchestrator.costs.render import to_csv, to_json, to_table
+from orchestrator.costs.render import TABLE_ROWS, to_csv, to_json, to_table
 from orchestrator.costs.report import GroupBy, Report, build_report, parse_since, parse_window
 from orchestrator.errors import EnvironmentProblem, UserError
 
@@ -43,9 +43,9 @@ def load_report_inputs(home: Path, since: datetime | None = None) -> ReportInput
     return read_ledger(opener(home), since)
 
 
-def _table_text(report: Report) -> str:
+def _table_text(report: Report, limit: int | None) -> str:
     console = Console(file=io.StringIO(), width=160, record=True)
-    console.print(to_table(report))
+    console.print(to_table(report, limit))
     return console.export_text()
 
 
@@ -61,6 +61,9 @@ def register(sub: Any) -> None:
     report.add_argument("--by", choices=[g.value for g in GroupBy], default=GroupBy.JOB.value)
     report.add_argument("-o", "--output", choices=["table", "csv", "json", "html"], default="table")
     report.add_argument("--out", metavar="FILE", help="write to FILE instead of standard output")
+    report.add_argument(
+        "--limit", type=int, default=TABLE_ROWS, help=f"table rows shown (default {TABLE_ROWS}; 0 for all)"
+    )
     report.add_argument("--input", metavar="FILE", help="read a JSON ledger export instead of the job store")
     report.set_defaults(run=run_report)
 
@@ -78,9 +81,14 @@ def run_report(args: argparse.Namespace) -> int:
         inputs = load_report_inputs(gpuctl_home(), window.start if window else None)
     report = build_report(inputs.jobs, inputs.segments, now, window, args.by, inputs.idle, inputs.lost)
     if args.output == "table" and not args.out:
-        Console(width=160).print(to_table(report))
+        Console(width=160).print(to_table(report, args.limit or None))
         return 0
-    text = {"table": _table_text, "csv": to_csv, "json": to_json, "html": to_html}[args.output](report)
+    text = {
+        "table": lambda r: _table_text(r, args.limit or None),
+        "csv": to_csv,
+        "json": to_json,
+        "html": to_html,
+    }[args.output](report)
     if args.out:
         try:
             Path(args.out).write_text(text, encoding="utf-8")

@@ -14,7 +14,7 @@ from typing import Any
 
 from rich.table import Table
 
-from orchestrator.costs.report import Report, ReportRow
+from orchestrator.costs.report import SUMMED, Report, ReportRow
 
 COLUMNS = [
     "name",
@@ -125,7 +125,11 @@ TABLE_HEADERS = [
 ]
 
 
-def to_table(report: Report) -> Table:
+TABLE_ROWS = 50
+"""Rows a terminal table shows; the rest are summed into one line (CSV, JSON and HTML list all)."""
+
+
+def to_table(report: Report, limit: int | None = TABLE_ROWS) -> Table:
     start = report.window.start.strftime("%Y-%m-%d %H:%M")
     end = report.window.end.strftime("%Y-%m-%d %H:%M")
     table = Table(title=f"GPU cost by {report.by.value}, {start} to {end} UTC", show_footer=True)
@@ -134,8 +138,17 @@ def to_table(report: Report) -> Table:
     headers[0] = report.by.value
     for i, header in enumerate(headers):
         table.add_column(header, footer=totals[i], justify="left" if i == 0 else "right")
-    for row in report.rows:
+    shown = report.rows if limit is None or len(report.rows) <= limit else report.rows[:limit]
+    for row in shown:
         table.add_row(*table_cells(row))
+    rest = report.rows[len(shown) :]
+    if rest:
+        other = ReportRow(f"({len(rest)} more)")
+        for row in rest:
+            other.jobs += row.jobs
+            for name in SUMMED:
+                setattr(other, name, getattr(other, name) + getattr(row, name))
+        table.add_row(*table_cells(other), style="dim")
     if report.notes:
         table.caption = "; ".join(report.notes)
     return table

@@ -58,6 +58,19 @@ class ReportRow:
         return max(0.0, 1.0 - self.idle_gpu_hours / self.measured_gpu_hours)
 
 
+SUMMED = (
+    "gpu_hours",
+    "cost_usd",
+    "on_demand_usd",
+    "idle_gpu_hours",
+    "idle_cost_usd",
+    "measured_gpu_hours",
+    "lost_gpu_hours",
+    "lost_cost_usd",
+)
+"""The :class:`ReportRow` fields that add up across rows."""
+
+
 @dataclass(frozen=True)
 class Series:
     """Cost and savings per time bucket; ``cost_by_group`` holds one list per drawn group."""
@@ -219,16 +232,7 @@ def build_report(
     totals = ReportRow("TOTAL", jobs=len(costs))
     for row in ordered:
         row.jobs = len(members[row.name])
-        for name in (
-            "gpu_hours",
-            "cost_usd",
-            "on_demand_usd",
-            "idle_gpu_hours",
-            "idle_cost_usd",
-            "measured_gpu_hours",
-            "lost_gpu_hours",
-            "lost_cost_usd",
-        ):
+        for name in SUMMED:
             setattr(totals, name, getattr(totals, name) + getattr(row, name))
     notes = []
     if idle is None or not any(c.idle_gpu_hours is not None for c in costs):

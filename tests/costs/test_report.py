@@ -99,3 +99,14 @@ def test_empty_ledger_gives_an_empty_report() -> None:
     report = build_report([], [], NOW, parse_since("1d", NOW), "team")
     assert report.rows == [] and report.totals.cost_usd == 0.0
     assert json.loads(to_json(report))["totals"]["totalCost"] == 0.0
+
+
+def test_table_limit_sums_the_rest_into_one_line() -> None:
+    jobs, segments, idle = fleet()
+    report = build_report(jobs, segments, NOW, None, "job", idle=idle)
+    console = Console(width=250, record=True)
+    console.print(to_table(report, limit=2))
+    text = console.export_text()
+    rest = sum(r.cost_usd for r in report.rows[2:])
+    assert f"({len(report.rows) - 2} more)" in text and f"${rest:,.2f}" in text
+    assert f"${report.totals.cost_usd:,.2f}" in text and report.rows[2].name not in text
