@@ -7,6 +7,7 @@ histogram (0.5 and 0.8 marked), efficiency against cost per job; then the report
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC
 from html import escape
 
 from orchestrator.costs.render import TABLE_HEADERS, table_cells
@@ -21,6 +22,14 @@ def _fmt(x: float) -> str:
     return f"{x:.1f}"
 
 
+def _compact(x: float) -> str:
+    """Axis numbers: 950, 12.5k, 3.2M."""
+    for div, suffix in ((1e6, "M"), (1e3, "k")):
+        if abs(x) >= div:
+            return f"{x / div:.3g}{suffix}"
+    return f"{x:.3g}"
+
+
 def _axis(y_max: float, y_label: str, x_labels: Sequence[tuple[float, str]]) -> list[str]:
     """Axes, four horizontal grid lines with values, and x tick labels at given x positions."""
     out = [
@@ -33,11 +42,13 @@ def _axis(y_max: float, y_label: str, x_labels: Sequence[tuple[float, str]]) -> 
         out.append(f'<line x1="{LEFT}" y1="{_fmt(y)}" x2="{W - RIGHT}" y2="{_fmt(y)}" stroke="#ddd"/>')
         out.append(
             f'<text x="{LEFT - 4}" y="{_fmt(y + 4)}" font-size="10" text-anchor="end">'
-            f"{y_max * i / 4:,.4g}</text>"
+            f"{_compact(y_max * i / 4)}</text>"
         )
     for x, label in x_labels:
+        anchor = "end" if x > W - RIGHT - 30 else "middle"
         out.append(
-            f'<text x="{_fmt(x)}" y="{H - BOTTOM + 14}" font-size="10" text-anchor="middle">'
+            f'<text x="{_fmt(min(x, W - RIGHT))}" y="{H - BOTTOM + 14}" font-size="10" '
+            f'text-anchor="{anchor}">'
             f"{escape(label)}</text>"
         )
     return out
@@ -146,7 +157,7 @@ def efficiency_vs_cost_svg(report: Report) -> str:
     jobs = [j for j in report.jobs if j.gpu_efficiency is not None]
     x_max = max((j.cost_usd for j in jobs), default=0.0) or 1.0
     plot_w, plot_h = W - LEFT - RIGHT, H - TOP - BOTTOM
-    labels = [(LEFT + f * plot_w, f"${x_max * f:,.0f}") for f in (0.0, 0.5, 1.0)]
+    labels = [(LEFT + f * plot_w, f"${_compact(x_max * f)}") for f in (0.0, 0.5, 1.0)]
     body = _axis(1.0, "efficiency", labels)
     for j in jobs:
         eff = j.gpu_efficiency or 0.0
@@ -184,7 +195,8 @@ tfoot td{font-weight:700;background:#f3f3f3} .summary{font-size:14px}
 
 def to_html(report: Report) -> str:
     t = report.totals
-    start, end = report.window.start.isoformat(), report.window.end.isoformat()
+    start = report.window.start.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    end = report.window.end.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
     summary = (
         f"{t.jobs} jobs, {t.gpu_hours:,.1f} GPU-hours, cost ${t.cost_usd:,.2f}, "
         f"on-demand equivalent ${t.on_demand_usd:,.2f}, saved ${t.savings_usd:,.2f}"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from datetime import UTC
 from typing import Any
 
 from rich.table import Table
@@ -130,8 +131,8 @@ TABLE_ROWS = 50
 
 
 def to_table(report: Report, limit: int | None = TABLE_ROWS) -> Table:
-    start = report.window.start.strftime("%Y-%m-%d %H:%M")
-    end = report.window.end.strftime("%Y-%m-%d %H:%M")
+    start = report.window.start.astimezone(UTC).strftime("%Y-%m-%d %H:%M")
+    end = report.window.end.astimezone(UTC).strftime("%Y-%m-%d %H:%M")
     table = Table(title=f"GPU cost by {report.by.value}, {start} to {end} UTC", show_footer=True)
     totals = table_cells(report.totals)
     headers = [*TABLE_HEADERS]

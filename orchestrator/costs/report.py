@@ -235,7 +235,7 @@ def build_report(
         for name in SUMMED:
             setattr(totals, name, getattr(totals, name) + getattr(row, name))
     notes = []
-    if idle is None or not any(c.idle_gpu_hours is not None for c in costs):
+    if costs and not any(c.idle_gpu_hours is not None for c in costs):
         notes.append("no monitor data: idle GPU-hours and efficiency are not known")
     series = buckets.series([r.name for r in ordered])
     return Report(win, group, now, ordered, totals, costs, series, notes)

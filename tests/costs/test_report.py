@@ -10,6 +10,7 @@ from datetime import timedelta
 import pytest
 from rich.console import Console
 
+from orchestrator.costs.html import to_html
 from orchestrator.costs.ledger import Window, job_costs
 from orchestrator.costs.render import to_csv, to_json, to_table
 from orchestrator.costs.report import GroupBy, build_report, parse_since, parse_window
@@ -52,6 +53,10 @@ def test_totals_equal_ledger_in_every_format(by: GroupBy) -> None:
     assert float(rows[-1]["totalCost"]) == pytest.approx(cost, abs=1e-5)
     assert sum(float(r["totalCost"]) for r in rows[:-1]) == pytest.approx(cost, abs=1e-4)
     assert float(rows[-1]["onDemandCost"]) == pytest.approx(on_demand, abs=1e-5)
+
+    page = to_html(report)
+    assert f"cost ${cost:,.2f}, on-demand equivalent ${on_demand:,.2f}" in page
+    assert page.count(f"<td>${cost:,.2f}</td>") == 1  # the table's footer
 
     console = Console(width=250, record=True)
     console.print(to_table(report))
