@@ -36,8 +36,14 @@ class ReportInputs:
 
 
 def read_ledger(source: LedgerSource, since: datetime | None = None) -> ReportInputs:
-    """Jobs and the segments that may overlap ``since``..now (the store filters by end time)."""
-    return ReportInputs(jobs=list(source.list_jobs()), segments=list(source.segments(since=since)))
+    """Jobs and the segments that may overlap ``since``..now (the store filters by end time).
+
+    A source that also has ``idle_gpu_hours() -> Mapping[job_id, float]`` (monitor window
+    summaries) supplies idle time and efficiency.
+    """
+    idle_reader = getattr(source, "idle_gpu_hours", None)
+    idle = {str(k): float(v) for k, v in idle_reader().items()} if callable(idle_reader) else None
+    return ReportInputs(jobs=list(source.list_jobs()), segments=list(source.segments(since=since)), idle=idle)
 
 
 def _encode(value: Any) -> Any:

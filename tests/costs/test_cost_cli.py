@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import csv
 import json
+import sys
+import types
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
+from orchestrator.cli.cost_cmd import load_report_inputs
 from orchestrator.cli.main import main
 from orchestrator.costs.inputs import ReportInputs, inputs_from_json, inputs_to_json
 from orchestrator.costs.ledger import LostWork, job_costs
+from orchestrator.state.records import JobRecord, SegmentRecord
 from tests.costs.factory import fleet, preempted_three_times
 
 
@@ -118,3 +123,41 @@ def test_errors_are_clear(
     monkeypatch.setenv("GPUCTL_HOME", str(tmp_path))
     code = main(["cost", "report"])  # reads the job store when this build has one
     assert code == 0 or (code == 3 and "--input FILE" in capsys.readouterr().err)
+
+
+class FakeStore:
+    """The two read methods reports need from the job store, plus monitor idle summaries."""
+
+    def __init__(self) -> None:
+        self.jobs, self.segs, self.idle = fleet()
+        self.since: object = "unset"
+
+    def list_jobs(self) -> list[JobRecord]:
+        return self.jobs
+
+    def segments(self, job_id: str | None = None, since: datetime | None = None) -> list[SegmentRecord]:
+        self.since = since
+        return self.segs
+
+    def idle_gpu_hours(self) -> dict[str, float]:
+        return self.idle
+
+
+def test_report_reads_the_job_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = FakeStore()
+    opened: list[Path] = []
+    module = types.ModuleType("orchestrator.state.store")
+    module.open_store = lambda home: opened.append(home) or store  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "orchestrator.state.store", module)
+    monkeypatch.setenv("GPUCTL_HOME", str(tmp_path))
+    inputs = load_report_inputs(tmp_path)
+    assert inputs.idle == store.idle and len(inputs.segments) == len(store.segs)
+    assert main(["cost", "report", "--by", "user", "--since", "3650d", "-o", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert opened == [tmp_path, tmp_path] and isinstance(store.since, datetime)
+    expected = sum(c.cost_usd for c in job_costs(store.jobs, store.segs, datetime.now(UTC)))
+    assert (
+        doc["totals"]["totalCost"] == pytest.approx(expected) and doc["totals"]["gpuEfficiency"] is not None
+    )
