@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from orchestrator.errors import UserError
@@ -94,6 +94,8 @@ class JobCost:
     lost_steps: int
     lost_gpu_hours: float
     lost_cost_usd: float
+    parts: tuple[SegmentCost, ...] = field(default=(), repr=False, compare=False)
+    """The job's segments clipped to the window, in the order given."""
 
     @property
     def savings_usd(self) -> float:
@@ -197,6 +199,7 @@ def job_costs(
                 lost_steps=work.steps,
                 lost_gpu_hours=lost_gh,
                 lost_cost_usd=lost_gh * (cost / gpu_hours if gpu_hours > 0 else 0.0),
+                parts=tuple(parts),
             )
         )
     return out

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
-from orchestrator.costs.ledger import JobCost, LostWork, SegmentCost, Window, job_costs, segment_cost
+from orchestrator.costs.ledger import JobCost, LostWork, SegmentCost, Window, job_costs
 from orchestrator.errors import UserError
 from orchestrator.spec.durations import parse_duration
 from orchestrator.state.records import JobRecord, SegmentRecord
@@ -212,22 +212,16 @@ def build_report(
     seg_list = list(segments)
     win = window or default_window(seg_list, now)
     costs = job_costs(jobs, seg_list, now, win, idle, lost)
-    by_id = {c.job_id: c for c in costs}
     key_of = _group_key(group)
     rows: dict[str, ReportRow] = {}
     members: dict[str, set[str]] = defaultdict(set)
     buckets = _Buckets(win)
-    for seg in seg_list:
-        jc = by_id.get(seg.job_id)
-        if jc is None:
-            continue
-        part = segment_cost(seg, now, win)
-        if part.hours <= 0:
-            continue
-        key = key_of(jc, seg)
-        _add_share(rows.setdefault(key, ReportRow(key)), jc, part)
-        members[key].add(jc.job_id)
-        buckets.add(key, seg, now)
+    for jc in costs:
+        for part in jc.parts:
+            key = key_of(jc, part.segment)
+            _add_share(rows.setdefault(key, ReportRow(key)), jc, part)
+            members[key].add(jc.job_id)
+            buckets.add(key, part.segment, now)
     ordered = sorted(rows.values(), key=lambda r: (-r.cost_usd, r.name))
     totals = ReportRow("TOTAL", jobs=len(costs))
     for row in ordered:
