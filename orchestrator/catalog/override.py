@@ -11,6 +11,7 @@ import csv
 import dataclasses
 import os
 from collections.abc import Iterable
+from functools import lru_cache
 from pathlib import Path
 
 from orchestrator.catalog.offers import Offer, builtin_offers, read_offers_csv
@@ -96,11 +97,19 @@ def merge_offers(base: Iterable[Offer], override: Iterable[Offer]) -> list[Offer
     return out
 
 
+@lru_cache(maxsize=8)
+def _merged(path: Path, mtime_ns: int, size: int) -> tuple[Offer, ...]:
+    return tuple(merge_offers(builtin_offers(), read_override(path)))
+
+
 def current_offers(home: Path | None = None) -> tuple[Offer, ...]:
-    """The built-in catalog with any live overrides under ``home`` applied."""
-    offers: list[Offer] = list(builtin_offers())
-    for cloud in ("aws",):
-        path = override_path(home, cloud)
-        if path.is_file():
-            offers = merge_offers(offers, read_override(path))
-    return tuple(offers)
+    """The built-in catalog with the live override under ``home`` applied (cached until it changes).
+
+    Pass it as ``offers=`` to :func:`find_offers` so lookups prefer live prices.
+    """
+    path = override_path(home, "aws")
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        return builtin_offers()
+    return _merged(path, stat.st_mtime_ns, stat.st_size)
