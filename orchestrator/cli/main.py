@@ -19,6 +19,8 @@ COMMAND_MODULES = [
     "orchestrator.cli.spec_cmd",
     "orchestrator.cli.jobs_cmd",
     "orchestrator.cli.monitor_cmd",
+    "orchestrator.cli.cost_cmd",
+    "orchestrator.cli.catalog_cmd",
 ]
 
 

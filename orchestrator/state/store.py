@@ -75,6 +75,10 @@ def _req_dt(text: str) -> datetime:
     return datetime.fromisoformat(text)
 
 
+def open_store(home: Path | None = None) -> JobStore:
+    return JobStore(home)
+
+
 @dataclass(frozen=True)
 class NodeRecord:
     node_id: str
