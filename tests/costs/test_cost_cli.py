@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import csv
 import json
-import sys
-import types
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -148,9 +146,7 @@ def test_report_reads_the_job_store(
 ) -> None:
     store = FakeStore()
     opened: list[Path] = []
-    module = types.ModuleType("orchestrator.state.store")
-    module.open_store = lambda home: opened.append(home) or store  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "orchestrator.state.store", module)
+    monkeypatch.setattr("orchestrator.state.store.open_store", lambda home: opened.append(home) or store)
     monkeypatch.setenv("GPUCTL_HOME", str(tmp_path))
     inputs = load_report_inputs(tmp_path)
     assert inputs.idle == store.idle and len(inputs.segments) == len(store.segs)
