@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO
 
-from apscheduler.schedulers.background import BackgroundScheduler  # type: ignore[import-untyped]
+from apscheduler.schedulers.background import BackgroundScheduler
 
 from orchestrator.backends.base import Backend
 from orchestrator.controller.driver import Driver

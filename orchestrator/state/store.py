@@ -272,13 +272,13 @@ class JobStore:
             self._event(conn, row["job_id"], now, "preemption_notice", f"node {node_id} got the notice", None)
 
     def segments(self, job_id: str | None = None, since: datetime | None = None) -> list[SegmentRecord]:
-        sql, args = "SELECT * FROM segments WHERE 1=1", []
+        sql, args = "SELECT * FROM segments WHERE 1=1", list[str]()
         if job_id is not None:
             sql += " AND job_id = ?"
             args.append(job_id)
         if since is not None:
             sql += " AND (ended_at IS NULL OR ended_at >= ?)"
-            args.append(_ts(since))
+            args.append(since.astimezone(UTC).isoformat())
         return [_segment_record(r) for r in self._query(sql + " ORDER BY id", args)]
 
 

@@ -15,7 +15,7 @@ from datetime import timedelta
 
 
 def main(argv: list[str]) -> int:
-    from torch.distributed import TCPStore
+    from torch.distributed import TCPStore  # type: ignore[attr-defined]
 
     port, pid_file = int(argv[0]), argv[1]
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
