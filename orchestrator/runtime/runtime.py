@@ -262,6 +262,12 @@ class Runtime:
             dist.barrier()
         self.progress.event("preempted", step)
         sys.stdout.flush()
+        print(
+            f"gpuctl runtime: rank {self.rank}: preemption notice, checkpoint of step {step} saved, "
+            f"exiting with {PREEMPTED_EXIT_CODE}",
+            file=sys.stderr,
+            flush=True,
+        )
         raise SystemExit(PREEMPTED_EXIT_CODE)
 
     def finish(self, metrics: dict[str, Any] | None = None, step: int | None = None) -> None:
