@@ -22,6 +22,7 @@ from orchestrator.contract import (
 )
 from orchestrator.errors import UserError
 from orchestrator.runtime.checkpoint import CheckpointStore
+from orchestrator.runtime.lifetime import die_with_parent, under_torchrun
 from orchestrator.runtime.notice import NoticeWatcher
 from orchestrator.runtime.progress import ProgressFile
 from orchestrator.runtime.rng import capture_rng, restore_rng
@@ -95,6 +96,8 @@ class Runtime:
         self.progress = ProgressFile(progress_file if self.rank == 0 else None)
         self.notice = notice or NoticeWatcher()
         self.notice.install()
+        if under_torchrun():
+            die_with_parent()
         self.last_checkpoint_step: int | None = None
         self.last_stall_s = 0.0
         """Seconds the last checkpoint held up the training loop (snapshot; plus the write if sync)."""

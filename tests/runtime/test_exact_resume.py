@@ -128,8 +128,11 @@ def test_interrupted_twice_ends_bit_identical(tmp_path: Path) -> None:
     _wait_for(
         lambda: torn_dir.is_dir() and any(p.name.startswith(".tmp-") for p in torn_dir.iterdir()), 90, proc
     )
-    os.killpg(proc.pid, signal.SIGKILL)
+    os.killpg(proc.pid, signal.SIGKILL)  # torchrun's group; its workers have their own sessions
     proc.wait()
+    lines_after_kill = len(_progress(run))
+    time.sleep(1.5)  # the runtime makes workers die with their agent: nothing more is written
+    assert len(_progress(run)) == lines_after_kill
     assert not (torn_dir / "manifest.json").exists()
     assert store.complete_steps()[-1] == noticed
 
