@@ -32,16 +32,31 @@ DEFAULT_CHECKPOINT_DIR = "./checkpoints"
 DEFAULT_EVERY_SECONDS = 600.0
 
 
-def clone_to_cpu(value: Any) -> Any:
-    """A deep copy of nested dicts/lists/tuples whose tensors are cloned to CPU memory."""
+BufferCache = dict[tuple[Any, ...], torch.Tensor]
+
+
+def clone_to_cpu(value: Any, buffers: BufferCache | None = None, path: tuple[Any, ...] = ()) -> Any:
+    """A deep copy of nested dicts/lists/tuples whose tensors are copied to CPU memory.
+
+    With ``buffers``, tensors are copied into CPU buffers kept from the previous call (same path,
+    shape and dtype), which avoids allocating and page-faulting the whole state every checkpoint;
+    the caller must not reuse the buffers while an earlier copy is still being written.
+    """
     if isinstance(value, torch.Tensor):
-        return value.detach().to("cpu", copy=True)
+        if buffers is None:
+            return value.detach().to("cpu", copy=True)
+        buf = buffers.get(path)
+        if buf is None or buf.shape != value.shape or buf.dtype != value.dtype:
+            buf = torch.empty(value.shape, dtype=value.dtype, pin_memory=value.is_cuda)
+            buffers[path] = buf
+        buf.copy_(value.detach())
+        return buf
     if isinstance(value, dict):
-        return {k: clone_to_cpu(v) for k, v in value.items()}
+        return {k: clone_to_cpu(v, buffers, (*path, k)) for k, v in value.items()}
     if isinstance(value, list):
-        return [clone_to_cpu(v) for v in value]
+        return [clone_to_cpu(v, buffers, (*path, i)) for i, v in enumerate(value)]
     if isinstance(value, tuple):
-        return tuple(clone_to_cpu(v) for v in value)
+        return tuple(clone_to_cpu(v, buffers, (*path, i)) for i, v in enumerate(value))
     return copy.deepcopy(value)
 
 
@@ -104,7 +119,7 @@ class Runtime:
         self._last_checkpoint_time = time.monotonic()
         self._last_step = 0
         self._writer: threading.Thread | None = None
-        self._writer_error: BaseException | None = None
+        self._buffers: BufferCache = {}
 
     @classmethod
     def from_env(
@@ -212,8 +227,12 @@ class Runtime:
             dist.all_gather_object(rngs, rng)
         return {
             "step": step,
-            "model": clone_to_cpu(self._module.state_dict()),
-            "optimizer": clone_to_cpu(self.optimizer.state_dict()) if self.optimizer else None,
+            "model": clone_to_cpu(self._module.state_dict(), self._buffers, ("model",)),
+            "optimizer": (
+                clone_to_cpu(self.optimizer.state_dict(), self._buffers, ("optimizer",))
+                if self.optimizer
+                else None
+            ),
             "scheduler": copy.deepcopy(self.scheduler.state_dict()) if self.scheduler else None,
             "rng": rngs,
             "extra": clone_to_cpu(self.extra),
