@@ -154,3 +154,22 @@ def test_parse_signal() -> None:
     assert parse_signal("15") == signal.SIGTERM
     with pytest.raises(UserError):
         parse_signal("SIGNOPE")
+
+
+def test_snapshot_buffers_are_reused_but_each_checkpoint_keeps_its_values(tmp_path: Path) -> None:
+    model, opt, sched = _setup()
+    rt = Runtime(model, opt, sched, storage=str(tmp_path / "ck"), every_steps=100, keep=5)
+    first = {k: v.clone() for k, v in model.state_dict().items()}
+    rt.checkpoint(1)
+    buffer_ids = {k: id(v) for k, v in rt._buffers.items()}
+    _train(rt, model, opt, sched, 1, 2)
+    rt.checkpoint(2)
+    rt.wait()
+    assert all(id(rt._buffers[k]) == i for k, i in buffer_ids.items())  # optimizer state is new
+    saved_first = torch.load(tmp_path / "ck" / "step-00000001" / "state.pt", weights_only=False)["model"]
+    saved_second = torch.load(tmp_path / "ck" / "step-00000002" / "state.pt", weights_only=False)["model"]
+    for name, tensor in first.items():
+        assert torch.equal(saved_first[name], tensor)
+        assert torch.equal(saved_second[name], model.state_dict()[name])
+    assert not all(torch.equal(saved_first[n], saved_second[n]) for n in first)
+    rt.notice.uninstall()
