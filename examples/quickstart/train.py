@@ -115,7 +115,8 @@ def main() -> None:
 
     model.eval()
     with torch.no_grad():
-        accuracy = float((model(x_test).argmax(1) == y_test).float().mean())
+        correct = int((model(x_test).argmax(1) == y_test).sum())
+    accuracy = correct / len(y_test)
     if rank == 0:
         verdict = "reached" if accuracy >= TARGET_ACCURACY else "did NOT reach"
         print(f"test accuracy {accuracy:.4f} ({verdict} the target {TARGET_ACCURACY})", flush=True)
