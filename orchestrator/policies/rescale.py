@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+from numpy.typing import NDArray
+
 from orchestrator.errors import UserError
 
 
@@ -27,11 +30,17 @@ def rescale_target(available_nodes: int, min_nodes: int, max_nodes: int, current
     forced by preemption is immediate, and growth happens as soon as capacity returns (each change
     costs one re-rendezvous, which is small next to the throughput gained).
     """
-    check_node_range(min_nodes, max_nodes)
-    if available_nodes < min_nodes:
-        return 0
     del current_nodes  # growth and shrink both follow capacity; kept in the signature for callers
-    return min(available_nodes, max_nodes)
+    return int(rescale_targets(np.array([available_nodes]), min_nodes, max_nodes)[0])
+
+
+def rescale_targets(available_nodes: NDArray[np.int64], min_nodes: int, max_nodes: int) -> NDArray[np.int64]:
+    """:func:`rescale_target` for many jobs at once (the simulator's form)."""
+    check_node_range(min_nodes, max_nodes)
+    target: NDArray[np.int64] = np.where(
+        available_nodes >= min_nodes, np.minimum(available_nodes, max_nodes), 0
+    ).astype(np.int64)
+    return target
 
 
 def relative_throughput(nodes: int, max_nodes: int, scaling_efficiency: float = 0.9) -> float:

@@ -21,7 +21,7 @@ import numpy as np
 from orchestrator.errors import UserError
 from orchestrator.policies.context import Action, BoolArray, FloatArray, IntArray, MarketBatch
 from orchestrator.policies.market import MarketPolicy
-from orchestrator.policies.rescale import check_node_range, relative_throughput
+from orchestrator.policies.rescale import check_node_range, relative_throughput, rescale_targets
 from orchestrator.policies.traces import AvailabilityTrace
 
 _EPS = 1e-9
@@ -146,7 +146,8 @@ def simulate(
         target = np.where(action == Action.ON_DEMAND, job.max_nodes, 0)
         if action.any():
             offered = cnt[rows, np.maximum(want_zone, 0)]
-            target = np.where(action == Action.SPOT, np.minimum(offered, job.max_nodes), target)
+            spot_nodes = rescale_targets(offered, job.min_nodes, job.max_nodes)
+            target = np.where(action == Action.SPOT, spot_nodes, target)
         launch = (action != Action.WAIT) & ((action != market) | (want_zone != zone))
         resize = ~launch & (action == Action.SPOT) & (target != nodes) & elastic
         co_left = np.where(launch, co, np.where(resize, np.maximum(co_left, rv), co_left))
