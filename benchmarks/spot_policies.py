@@ -17,14 +17,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from orchestrator.policies.evaluate import evaluate, savings_share  # noqa: E402
-from orchestrator.policies.market import DEFAULT_POLICY, POLICIES  # noqa: E402
-from orchestrator.policies.simulator import SimJob  # noqa: E402
-from orchestrator.policies.traces import load_traces  # noqa: E402
+from orchestrator.policies.evaluate import evaluate, savings_share
+from orchestrator.policies.market import DEFAULT_POLICY, POLICIES
+from orchestrator.policies.simulator import SimJob
+from orchestrator.policies.traces import load_traces
 
 _REPO = Path(__file__).resolve().parents[1]
 # ../shared next to the main checkout; worktrees one level deeper look one more level up
-_CANDIDATES = [_REPO.parent / "shared" / "data" / "spot-traces", _REPO.parent.parent / "shared" / "data" / "spot-traces"]
+_CANDIDATES = [
+    _REPO.parent / "shared" / "data" / "spot-traces",
+    _REPO.parent.parent / "shared" / "data" / "spot-traces",
+]
 DEFAULT_TRACES = next((c for c in _CANDIDATES if c.is_dir()), _CANDIDATES[0])
 SUBDIR = Path("availability/1-node/aws-02-15-2023")
 DEADLINES = (52.0, 70.0)
@@ -53,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no traces under {folder}; pass --traces DIR", file=sys.stderr)
         return 2
     names = list(POLICIES)
-    header = ["zones", "deadline h"] + names + ["omniscient", "default share"]
+    header = ["zones", "deadline h", *names, "omniscient", "default share"]
     print("| " + " | ".join(header) + " |" if args.markdown else "\t".join(header))
     if args.markdown:
         print("|" + "---|" * len(header))
@@ -79,8 +82,13 @@ def main(argv: list[str] | None = None) -> int:
             cells += [f"{omni:.3f}", "-" if share is None else f"{share:.2f}"]
             print("| " + " | ".join(cells) + " |" if args.markdown else "\t".join(cells), flush=True)
     print()
-    print(f"default policy: {DEFAULT_POLICY}; mean share of omniscient savings: {sum(shares) / len(shares):.3f}")
-    print("deadline misses (lowest met fraction): " + (", ".join(f"{k} {v:.0%}" for k, v in misses.items()) or "none"))
+    print(
+        f"default policy: {DEFAULT_POLICY}; mean share of omniscient savings: {sum(shares) / len(shares):.3f}"
+    )
+    print(
+        "deadline misses (lowest met fraction): "
+        + (", ".join(f"{k} {v:.0%}" for k, v in misses.items()) or "none")
+    )
     print(f"elapsed: {time.perf_counter() - began:.1f} s for {args.starts} starts per setting")
     return 0
 

@@ -25,13 +25,19 @@ def register(sub: Any) -> None:
     p.add_argument("--trace", action="append", required=True, metavar="FILE", help="a zone's trace (repeat)")
     p.add_argument("--compute-hours", type=float, required=True, help="work the job needs, in hours")
     p.add_argument("--deadline-hours", type=float, required=True, help="deadline, hours after the start")
-    p.add_argument("--changeover-hours", type=float, required=True, help="paid time without progress per launch")
+    p.add_argument(
+        "--changeover-hours", type=float, required=True, help="paid time without progress per launch"
+    )
     p.add_argument("--on-demand-price", type=float, required=True, metavar="USD", help="per node-hour")
     p.add_argument("--spot-price", type=float, required=True, metavar="USD", help="per node-hour")
-    p.add_argument("--policy", action="append", default=[], metavar="NAME", help="a policy name or 'all' (repeat)")
+    p.add_argument(
+        "--policy", action="append", default=[], metavar="NAME", help="a policy name or 'all' (repeat)"
+    )
     p.add_argument("--starts", type=int, default=100, help="random start points (default 100)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--nodes", metavar="MIN:MAX", help="elastic job: compare rescale with waiting for all nodes")
+    p.add_argument(
+        "--nodes", metavar="MIN:MAX", help="elastic job: compare rescale with waiting for all nodes"
+    )
     p.add_argument("--scaling-efficiency", type=float, default=0.9, help="speed kept per doubling of nodes")
     p.add_argument("--rendezvous-hours", type=float, default=0.05, help="pause on each resize")
     p.add_argument("--no-omniscient", action="store_true", help="skip the optimum (faster)")
@@ -91,20 +97,23 @@ def render_table(doc: dict[str, Any], zones: tuple[str, ...], tick_h: float) -> 
         entries.append(("omniscient (bound)", doc["omniscient"]))
     for name, s in entries:
         label = f"{name} (default)" if name == doc["default_policy"] else name
-        rows.append((
-            label,
-            _fmt(s["cost_usd"], ".2f"),
-            _fmt(s["cost_vs_on_demand"], ".3f"),
-            _fmt(s["deadline_met_fraction"], ".0%"),
-            _fmt(s["spot_hours"], ".1f"),
-            _fmt(s["on_demand_hours"], ".1f"),
-            _fmt(s["preemptions"], ".1f"),
-        ))
+        rows.append(
+            (
+                label,
+                _fmt(s["cost_usd"], ".2f"),
+                _fmt(s["cost_vs_on_demand"], ".3f"),
+                _fmt(s["deadline_met_fraction"], ".0%"),
+                _fmt(s["spot_hours"], ".1f"),
+                _fmt(s["on_demand_hours"], ".1f"),
+                _fmt(s["preemptions"], ".1f"),
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = [
         f"{len(zones)} zone(s): {', '.join(zones)}; tick {tick_h * 3600:g} s; {doc['starts']} start(s); "
         f"on-demand only: {doc['on_demand_only_cost_usd']:.2f} USD"
     ]
     for r in rows:
-        lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))))
+        cells = (c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
+        lines.append("  ".join(cells))
     return "\n".join(lines)

@@ -202,4 +202,5 @@ class MarketBatch:
         """Rows now running spot in a zone that still has capacity."""
         rows = np.arange(self.market.shape[0])
         zone = np.maximum(self.zone, 0)
-        return (self.market == Action.SPOT) & (self.zone >= 0) & self.spot_available[rows, zone]
+        riding: BoolArray = (self.market == Action.SPOT) & (self.zone >= 0) & self.spot_available[rows, zone]
+        return riding

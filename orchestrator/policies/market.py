@@ -50,9 +50,7 @@ class MarketPolicy(ABC):
         )
 
 
-def _choose(
-    n: int, od: BoolArray, spot: BoolArray, zone: IntArray
-) -> tuple[IntArray, IntArray]:
+def _choose(n: int, od: BoolArray, spot: BoolArray, zone: IntArray) -> tuple[IntArray, IntArray]:
     action = np.full(n, int(Action.WAIT), dtype=np.int64)
     action[spot] = Action.SPOT
     action[od] = Action.ON_DEMAND

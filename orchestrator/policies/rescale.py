@@ -52,11 +52,9 @@ def relative_throughput(nodes: int, max_nodes: int, scaling_efficiency: float = 
     if nodes <= 0:
         return 0.0
     if not 0.0 < scaling_efficiency <= 1.0:
-        raise UserError(
-            f"scaling efficiency {scaling_efficiency} is out of range", "use a value in (0, 1]"
-        )
+        raise UserError(f"scaling efficiency {scaling_efficiency} is out of range", "use a value in (0, 1]")
 
     def speed(n: int) -> float:
-        return n * scaling_efficiency ** math.log2(n)
+        return float(n * scaling_efficiency ** math.log2(n))
 
     return speed(nodes) / speed(max_nodes)

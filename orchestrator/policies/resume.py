@@ -60,9 +60,13 @@ def plan_resume(
         avail = max_nodes if spot_nodes_available is None else spot_nodes_available
         nodes = rescale_target(avail, min_nodes, max_nodes, 0)
         if nodes == 0:
-            return ResumePlan(ck, None, None, 0, f"wait: {avail} spot node(s) < min {min_nodes}; resume from {origin}")
+            return ResumePlan(
+                ck, None, None, 0, f"wait: {avail} spot node(s) < min {min_nodes}; resume from {origin}"
+            )
         where = f"spot in {decision.zone} on {nodes} node(s)"
     else:
         nodes = max_nodes
         where = f"on-demand on {nodes} node(s)"
-    return ResumePlan(ck, decision.market, decision.zone, nodes, f"resume from {origin}, {where} ({decision.policy})")
+    return ResumePlan(
+        ck, decision.market, decision.zone, nodes, f"resume from {origin}, {where} ({decision.policy})"
+    )

@@ -46,7 +46,7 @@ class RightSizeChoice:
 
 
 def _throughput(m: GpuMeasurement, gpus: int, scaling_efficiency: float) -> float:
-    return m.units_per_second_per_gpu * gpus * scaling_efficiency ** math.log2(gpus)
+    return float(m.units_per_second_per_gpu * gpus * scaling_efficiency ** math.log2(gpus))
 
 
 def right_size(
@@ -85,8 +85,12 @@ def right_size(
                     fits_type = True
                     options.append(SizeOption(offer, nodes, gpus, hours, hours * price * nodes))
         if not fits_type:
-            best = work_units / _throughput(m, max(o.gpu_count for o in found) * max_nodes, scaling_efficiency)
-            ruled_out.append(f"{m.gpu_type}: even the largest size needs {best / 3600.0:.1f} h > {deadline_h:g} h")
+            fastest = work_units / _throughput(
+                m, max(o.gpu_count for o in found) * max_nodes, scaling_efficiency
+            )
+            ruled_out.append(
+                f"{m.gpu_type}: even the largest size needs {fastest / 3600.0:.1f} h > {deadline_h:g} h"
+            )
     if not options:
         raise PermanentError(
             f"no measured GPU type finishes the work within {deadline_h:g} h: " + "; ".join(ruled_out),
@@ -96,8 +100,9 @@ def right_size(
     best = options[0]
     util = {m.gpu_type: m.utilization for m in measurements}[best.offer.gpu_type]
     reason = (
-        f"{best.offer.gpu_type} x{best.gpus} ({best.nodes} x {best.offer.instance_type}, {best.offer.zone}, {market}): "
-        f"{best.hours:.1f} h <= {deadline_h:g} h deadline for {best.cost_usd:.2f} USD, the lowest cost that fits"
+        f"{best.offer.gpu_type} x{best.gpus} ({best.nodes} x {best.offer.instance_type}, "
+        f"{best.offer.zone}, {market}): {best.hours:.1f} h <= {deadline_h:g} h deadline "
+        f"for {best.cost_usd:.2f} USD, the lowest cost that fits"
     )
     other = next((o for o in options if o.offer.gpu_type != best.offer.gpu_type), None)
     if other is not None:

@@ -69,7 +69,12 @@ class SimResult:
 
 def horizon_ticks(job: SimJob, tick_h: float) -> int:
     """Ticks a start point needs in the trace: the deadline plus room to finish late on on-demand."""
-    return math.ceil(job.deadline_h / tick_h) + math.ceil(job.work_h / tick_h) + changeover_ticks(job, tick_h) + 2
+    return (
+        math.ceil(job.deadline_h / tick_h)
+        + math.ceil(job.work_h / tick_h)
+        + changeover_ticks(job, tick_h)
+        + 2
+    )
 
 
 def start_points(trace: AvailabilityTrace, job: SimJob, count: int, seed: int) -> IntArray:
@@ -77,16 +82,15 @@ def start_points(trace: AvailabilityTrace, job: SimJob, count: int, seed: int) -
     last = trace.ticks - math.ceil(job.deadline_h / trace.tick_h) - 1
     if last < 0:
         raise UserError(
-            f"the traces cover {trace.ticks * trace.tick_h:.1f} h, shorter than the deadline ({job.deadline_h} h)",
+            f"the traces cover {trace.ticks * trace.tick_h:.1f} h, "
+            f"shorter than the deadline ({job.deadline_h} h)",
             "use longer traces or a shorter deadline",
         )
     rng = np.random.default_rng(seed)
     return rng.integers(0, last + 1, size=count).astype(np.int64)
 
 
-def simulate(
-    policy: MarketPolicy, trace: AvailabilityTrace, job: SimJob, starts: IntArray
-) -> SimResult:
+def simulate(policy: MarketPolicy, trace: AvailabilityTrace, job: SimJob, starts: IntArray) -> SimResult:
     """Run ``policy`` from every start tick in ``starts`` (vectorised over starts)."""
     job.validate()
     dt, n, zones = trace.tick_h, len(starts), len(trace.zones)
@@ -96,8 +100,12 @@ def simulate(
     # pad so late finishers read "no capacity" instead of running off the trace
     pad = horizon_ticks(job, dt)
     counts = np.concatenate([trace.counts, np.zeros((zones, pad), dtype=np.int64)], axis=1).T
-    rate_of = np.array([relative_throughput(k, job.max_nodes, job.scaling_efficiency) if k else 0.0
-                        for k in range(job.max_nodes + 1)])
+    rate_of = np.array(
+        [
+            relative_throughput(k, job.max_nodes, job.scaling_efficiency) if k else 0.0
+            for k in range(job.max_nodes + 1)
+        ]
+    )
     work_t, deadline_t = job.work_h / dt, job.deadline_h / dt
     rows = np.arange(n)
 
@@ -129,11 +137,22 @@ def simulate(
         any_h += up.any(axis=1) * dt
         prev = up
         batch = MarketBatch(
-            elapsed_h=np.full(n, tau * dt), work_done_h=done * dt, deadline_h=job.deadline_h,
-            work_total_h=job.work_h, changeover_h=co * dt, tick_h=dt, spot_price=job.spot_price,
-            on_demand_price=job.on_demand_price, market=market.copy(), zone=zone.copy(),
-            spot_available=up, observed_h=np.full(n, (tau + 1) * dt), any_available_h=any_h,
-            available_h=avail_h, up_runs=runs, streak_h=streak,
+            elapsed_h=np.full(n, tau * dt),
+            work_done_h=done * dt,
+            deadline_h=job.deadline_h,
+            work_total_h=job.work_h,
+            changeover_h=co * dt,
+            tick_h=dt,
+            spot_price=job.spot_price,
+            on_demand_price=job.on_demand_price,
+            market=market.copy(),
+            zone=zone.copy(),
+            spot_available=up,
+            observed_h=np.full(n, (tau + 1) * dt),
+            any_available_h=any_h,
+            available_h=avail_h,
+            up_runs=runs,
+            streak_h=streak,
         )
         action, want_zone = policy.decide_batch(batch)
         action = np.where(tau >= deadline_t - _EPS, int(Action.ON_DEMAND), action)

@@ -24,9 +24,13 @@ class Scripted(MarketPolicy):
         self.table = table
 
     def decide_batch(self, b: MarketBatch) -> tuple[IntArray, IntArray]:
-        tau = int(round(float(b.elapsed_h[0]) / b.tick_h))
-        code = self.table[:, tau] if tau < self.table.shape[1] else np.ones(self.table.shape[0], dtype=np.int64)
-        action = np.where(code == 0, int(Action.WAIT), np.where(code == 1, int(Action.ON_DEMAND), int(Action.SPOT)))
+        tau = round(float(b.elapsed_h[0]) / b.tick_h)
+        code = (
+            self.table[:, tau] if tau < self.table.shape[1] else np.ones(self.table.shape[0], dtype=np.int64)
+        )
+        action = np.where(
+            code == 0, int(Action.WAIT), np.where(code == 1, int(Action.ON_DEMAND), int(Action.SPOT))
+        )
         return action.astype(np.int64), np.where(code >= 2, code - 2, -1).astype(np.int64)
 
 
