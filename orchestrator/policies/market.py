@@ -133,7 +133,8 @@ class ReserveSlackPolicy(MarketPolicy):
       zone with the longest mean run of availability seen so far (smoothed by a prior).
     * Reserve: the slack to keep is the expected remaining downtime, ``(1 - p) * time_left``, where p
       is the smoothed fraction of time some zone had spot so far, plus the safety net. While spot is
-      down and slack is under the reserve, run on-demand now (on-demand will be needed anyway, and
+      down and slack is under the reserve (by more than the two changeovers an on-demand detour
+      costs), run on-demand now (on-demand will be needed anyway, and
       now it does not displace spot later); above the reserve, wait for free.
     * Leave on-demand for spot only when the slack still covers the changeover and the safety net,
       and the zone's mean availability run pays back the changeovers; leave it for waiting only when
@@ -146,6 +147,7 @@ class ReserveSlackPolicy(MarketPolicy):
     prior_fraction: ClassVar[float] = 0.5
     prior_h: ClassVar[float] = 6.0
     prior_run_h: ClassVar[float] = 1.0
+    deficit_changeovers: ClassVar[float] = 2.0
 
     def decide_batch(self, b: MarketBatch) -> tuple[IntArray, IntArray]:
         n = b.elapsed_h.shape[0]
@@ -170,7 +172,7 @@ class ReserveSlackPolicy(MarketPolicy):
         leave_od_for_spot = any_up & (slack >= b.safety_h + c) & pays_back
         leave_od_for_wait = ~any_up & (slack > reserve + 2.0 * c)
         stay_od = on_od & ~leave_od_for_spot & ~leave_od_for_wait
-        idle_needs_od = ~on_od & ~riding & ((short) | (~any_up & (slack < reserve)))
+        idle_needs_od = ~on_od & ~riding & ((short) | (~any_up & (slack < reserve - self.deficit_changeovers * c)))
         od = (on_od & short) | stay_od | idle_needs_od
         spot = (riding | any_up) & ~od
         return _choose(n, od, spot, zone)
