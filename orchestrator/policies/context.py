@@ -77,7 +77,8 @@ class ZoneHistory:
         avail_h = dict(self.available_h)
         runs = dict(self.up_runs)
         streak = dict(self.streak_h)
-        for zone, now in available.items():
+        now_up = {zone: bool(up) for zone, up in available.items()}
+        for zone, now in now_up.items():
             before = self.last_available.get(zone)
             avail_h[zone] = avail_h.get(zone, 0.0) + (tick_h if now else 0.0)
             if now and before is not True:
@@ -85,11 +86,11 @@ class ZoneHistory:
             streak[zone] = streak.get(zone, 0.0) + tick_h if before is now else tick_h
         return ZoneHistory(
             observed_h=self.observed_h + tick_h,
-            any_available_h=self.any_available_h + (tick_h if any(available.values()) else 0.0),
+            any_available_h=self.any_available_h + (tick_h if any(now_up.values()) else 0.0),
             available_h=avail_h,
             up_runs=runs,
             streak_h=streak,
-            last_available=dict(available),
+            last_available=now_up,
         )
 
 
