@@ -172,7 +172,8 @@ class ReserveSlackPolicy(MarketPolicy):
         leave_od_for_spot = any_up & (slack >= b.safety_h + c) & pays_back
         leave_od_for_wait = ~any_up & (slack > reserve + 2.0 * c)
         stay_od = on_od & ~leave_od_for_spot & ~leave_od_for_wait
-        idle_needs_od = ~on_od & ~riding & ((short) | (~any_up & (slack < reserve - self.deficit_changeovers * c)))
+        behind_reserve = slack < reserve - self.deficit_changeovers * c
+        idle_needs_od = ~on_od & ~riding & (short | (~any_up & behind_reserve))
         od = (on_od & short) | stay_od | idle_needs_od
         spot = (riding | any_up) & ~od
         return _choose(n, od, spot, zone)
