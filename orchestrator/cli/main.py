@@ -21,6 +21,7 @@ COMMAND_MODULES = [
     "orchestrator.cli.monitor_cmd",
     "orchestrator.cli.cost_cmd",
     "orchestrator.cli.catalog_cmd",
+    "orchestrator.cli.simulate_cmd",
 ]
 
 
