@@ -111,7 +111,8 @@ def main() -> None:
         optimizer.step()
         scheduler.step()
         t2 = time.perf_counter()
-        rt.step_done(step + 1, loss=total, data_s=t1 - t0, compute_s=t2 - t1)
+        batch = {"global_batch": part.global_batch, "accumulation_steps": part.accumulation_steps}
+        rt.step_done(step + 1, loss=total, data_s=t1 - t0, compute_s=t2 - t1, metrics=batch)
 
     model.eval()
     with torch.no_grad():

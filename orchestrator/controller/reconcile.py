@@ -18,6 +18,7 @@ from orchestrator.controller.actions import (
     CountRestart,
     MarkNodesEnded,
     OpenSegment,
+    RecordEvent,
     StartAttempt,
     StopNodes,
     Transition,
@@ -188,13 +189,13 @@ def _follow(view: JobView) -> list[Action]:
     # 6e. Elastic growth: capacity came back. Every node saves a checkpoint and exits, then step 5
     #     relaunches on more nodes (re-rendezvous of a growing torchrun world proved unreliable).
     if not succeeded and not finished and _growth(view, len(alive)) > 0:
+        why = f"capacity returned; restarting on up to {spec.resources.max_nodes} node(s) from a checkpoint"
         return [
             StopNodes(_ids(alive), grace, "growing"),
             *_close(view, "rescaled"),
             MarkNodesEnded(_ids(nodes)),
-            Transition(S.RESCALING, f"capacity returned; restarting on up to {spec.resources.max_nodes} node(s) "
-                       "from a checkpoint"),
-        ]  # fmt: skip
+            Transition(S.RESCALING, why) if view.status is not S.RESCALING else RecordEvent("rescale", why),
+        ]
 
     # 6f. Training is under way.
     if view.status in (S.LAUNCHING, S.RESCALING) and view.progress is not None and view.progress_fresh:

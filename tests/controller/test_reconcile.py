@@ -178,3 +178,10 @@ def test_deadline_passed_while_waiting_fails_with_reason() -> None:
 
 def test_terminal_is_quiet() -> None:
     assert reconcile(view(status=S.SUCCEEDED)) == []
+
+
+def test_growth_while_still_rescaling_records_an_event_instead_of_a_transition() -> None:
+    v = running("resources: {nodes: {min: 1, max: 2}}\n", status=S.RESCALING, nodes=(node(0, NodePhase.RUNNING),),
+                open_segment_nodes=1, spot_capacity=2)  # fmt: skip
+    actions = reconcile(v)
+    assert targets(actions) == [] and StopNodes(("t-a1-n0",), 30.0, "growing") in actions
