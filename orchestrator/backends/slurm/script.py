@@ -162,6 +162,9 @@ if [[ $notice == requeue || ( $rc -eq PREEMPTED && $notice != stop ) ]]; then
     scontrol requeue "$SLURM_JOB_ID"
     exit 0
 fi
+if [[ $notice == stop ]]; then
+    scancel "$SLURM_JOB_ID"
+fi
 exit "$rc"
 """
 
