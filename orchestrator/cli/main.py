@@ -17,6 +17,7 @@ from orchestrator.errors import GpuctlError
 
 COMMAND_MODULES = [
     "orchestrator.cli.spec_cmd",
+    "orchestrator.cli.slurm_cmd",
 ]
 
 

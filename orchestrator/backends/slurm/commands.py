@@ -5,10 +5,11 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Sequence
 
-from orchestrator.backends.slurm.parse import SlurmJob, parse_scontrol_job, parse_squeue_json
+from orchestrator.backends.slurm.parse import SlurmJob, json_errors, parse_scontrol_job, parse_squeue_json
 from orchestrator.errors import EnvironmentProblem, TemporaryError, UserError
 
 _UNREACHABLE = (
+    "Failed while looking for jobs",
     "Unable to contact slurm controller",
     "Socket timed out",
     "Connection refused",
@@ -48,6 +49,14 @@ def slurm_error(argv: list[str], message: str) -> Exception:
             "start slurmctld or check SlurmctldHost/port in slurm.conf (SLURM_CONF); `scontrol ping` tells",
             retry_after_s=10.0,
         )
+    if (
+        "Could not establish a configuration source" in message
+        or "Unable to process configuration" in message
+    ):
+        return EnvironmentProblem(
+            f"SLURM's configuration was not found ({command}: {message.splitlines()[-1]})",
+            "set SLURM_CONF to the cluster's slurm.conf (or install it as /etc/slurm/slurm.conf)",
+        )
     if "Invalid partition" in message or "invalid partition" in message:
         return UserError(
             f"the SLURM partition does not exist ({message})",
@@ -73,7 +82,15 @@ def submit(sbatch_args: Sequence[str], script: str) -> int:
 
 def list_jobs() -> list[SlurmJob]:
     """All jobs slurmctld still remembers (finished ones for MinJobAge)."""
-    return parse_squeue_json(run_slurm(["squeue", "--states=all", "--json"]))
+    argv = ["squeue", "--states=all", "--json"]
+    out = run_slurm(argv)
+    try:
+        errors = json_errors(out)
+    except ValueError as exc:
+        raise slurm_error(argv, f"unreadable output ({exc})") from exc
+    if errors:  # squeue --json exits 0 even when slurmctld did not answer
+        raise slurm_error(argv, "; ".join(errors))
+    return parse_squeue_json(out)
 
 
 def show_job(slurm_id: int) -> SlurmJob | None:

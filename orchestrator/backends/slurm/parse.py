@@ -95,6 +95,16 @@ def _state(value: Any) -> str:
     return str(value or "UNKNOWN")
 
 
+def json_errors(text: str) -> list[str]:
+    """The ``errors`` of a ``--json`` answer, as ``source: description`` lines."""
+    data = json.loads(text)
+    return [
+        f"{e.get('source', '?')}: {e.get('description') or e.get('error', '?')}"
+        for e in data.get("errors", [])
+        if isinstance(e, dict)
+    ]
+
+
 def parse_squeue_json(text: str) -> list[SlurmJob]:
     """Jobs of ``squeue --states=all --json`` (SLURM 22.05 ignores most filters with --json)."""
     data = json.loads(text)

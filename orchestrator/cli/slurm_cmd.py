@@ -1,0 +1,54 @@
+"""`gpuctl sbatch job.yaml [--dry-run]`: submit a job straight to SLURM, without a controller."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from orchestrator.backends.slurm import SlurmBackend, load_cluster_config
+from orchestrator.backends.slurm.backend import request_for
+from orchestrator.spec import load_spec_file
+
+
+def register(sub: Any) -> None:
+    sbatch = sub.add_parser(
+        "sbatch", help="submit a job to SLURM (requeued from its checkpoint on preemption)"
+    )
+    sbatch.add_argument("file", help="job spec (job.yaml)")
+    sbatch.add_argument("--dry-run", action="store_true", help="print the sbatch command and script only")
+    sbatch.add_argument(
+        "--cluster-config", default=None, help="SLURM cluster config YAML (default $GPUCTL_HOME/slurm.yaml)"
+    )
+    sbatch.add_argument(
+        "--job-dir", default=None, help="folder for logs and checkpoints (default under GPUCTL_HOME)"
+    )
+    sbatch.set_defaults(run=run_sbatch)
+
+
+def run_sbatch(args: argparse.Namespace) -> int:
+    spec = load_spec_file(args.file)
+    workdir = Path(spec.workdir)
+    if not workdir.is_absolute():  # relative to the job file, wherever gpuctl runs
+        spec = spec.model_copy(update={"workdir": str((Path(args.file).parent / workdir).resolve())})
+    config = load_cluster_config(args.cluster_config)
+    job_id = f"{spec.name}-{datetime.now(UTC):%Y%m%d-%H%M%S}"
+    home = Path(os.environ.get("GPUCTL_HOME") or Path.home() / ".gpuctl")
+    job_dir = Path(args.job_dir).resolve() if args.job_dir else home / "jobs" / job_id
+    request = request_for(spec, job_id, job_dir, config)
+    backend = SlurmBackend(config)
+    if args.dry_run:
+        batch = backend.render(request)
+        print("# " + shlex.join(["sbatch", "--parsable", *batch.sbatch_args]) + " < script")
+        print(batch.script)
+        return 0
+    backend.launch(request)
+    job = backend.find(job_id)
+    slurm_id = job.job_id if job else "?"
+    print(f"submitted {job_id} as SLURM job {slurm_id}")
+    print(f"  logs: {request.job_dir / f'slurm-attempt-{request.attempt}.out'}")
+    print(f"  checkpoints: {request.checkpoint_dir}")
+    return 0
