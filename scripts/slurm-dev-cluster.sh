@@ -4,7 +4,8 @@
 # four fake GPUs (GRES type "fake") made from character devices.
 #
 #   scripts/slurm-dev-cluster.sh start DIR    install slurm-wlm + munge if missing, write config, start,
-#                                             wait until the node is idle; prints `export SLURM_CONF=...`
+#                                             wait until the node is idle; prints the `export` lines
+#                                             (SLURM_CONF, GPUCTL_SLURM_CONFIG) to use it
 #   scripts/slurm-dev-cluster.sh status DIR   daemons' PIDs and `sinfo`
 #   scripts/slurm-dev-cluster.sh stop DIR     stop the daemons (TERM, then KILL after 5 s)
 #
@@ -87,10 +88,21 @@ NodeName=$host CPUs=$cpus RealMemory=$mem Gres=gpu:fake:4 State=UNKNOWN
 PartitionName=ondemand Nodes=$host Default=YES MaxTime=INFINITE State=UP
 PartitionName=spot Nodes=$host Default=NO MaxTime=INFINITE State=UP
 CONF
+    # gpuctl's cluster config for this cluster: every GPU name runs on the fake GPUs.
+    cat >"$dir/etc/gpuctl-slurm.yaml" <<GPUCTL
+gres_types: {V100: fake, T4: fake, L4: fake, A10G: fake, A100: fake, A100-80GB: fake, H100: fake}
+partitions: {spot: spot, on-demand: ondemand}
+prices_usd_per_gpu_hour: {fake: {spot: 0.9, ondemand: 3.0}}
+GPUCTL
     [[ -f $dir/munge/munge.key ]] || {
         dd if=/dev/urandom of="$dir/munge/munge.key" bs=1024 count=1 status=none
         chmod 400 "$dir/munge/munge.key"
     }
+}
+
+print_exports() {
+    echo "export SLURM_CONF=$conf"
+    echo "export GPUCTL_SLURM_CONFIG=$dir/etc/gpuctl-slurm.yaml"
 }
 
 pid_alive() { [[ -f $1 ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
@@ -99,7 +111,7 @@ start() {
     install_packages
     if pid_alive "$dir/run/slurmctld.pid"; then
         log "already running in $dir"
-        echo "export SLURM_CONF=$conf"
+        print_exports
         return
     fi
     write_config
@@ -114,7 +126,7 @@ start() {
         state=$(sinfo -h -n "$host" -o %t 2>/dev/null | head -n1 || true)
         if [[ $state == idle ]]; then
             log "node $host is idle (cluster in $dir)"
-            echo "export SLURM_CONF=$conf"
+            print_exports
             return
         fi
         if [[ $state == down* || $state == drain* ]]; then

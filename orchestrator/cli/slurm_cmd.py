@@ -1,4 +1,4 @@
-"""`gpuctl sbatch job.yaml [--dry-run]`: submit a job straight to SLURM, without a controller."""
+"""`gpuctl sbatch job.yaml [--dry-run]` and `gpuctl slurm-status JOB`: SLURM without a controller."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from orchestrator.backends.slurm import SlurmBackend, load_cluster_config
+from orchestrator.backends.slurm import SlurmBackend, load_cluster_config, status_from_slurm
 from orchestrator.backends.slurm.backend import request_for
 from orchestrator.spec import load_spec_file
 
@@ -27,6 +27,11 @@ def register(sub: Any) -> None:
         "--job-dir", default=None, help="folder for logs and checkpoints (default under GPUCTL_HOME)"
     )
     sbatch.set_defaults(run=run_sbatch)
+
+    status = sub.add_parser("slurm-status", help="state, attempts and cost of a job submitted with sbatch")
+    status.add_argument("job", help="job name, gpuctl job id or SLURM job id")
+    status.add_argument("--cluster-config", default=None, help="SLURM cluster config YAML (for prices)")
+    status.set_defaults(run=run_slurm_status)
 
 
 def run_sbatch(args: argparse.Namespace) -> int:
@@ -51,4 +56,24 @@ def run_sbatch(args: argparse.Namespace) -> int:
     print(f"submitted {job_id} as SLURM job {slurm_id}")
     print(f"  logs: {request.job_dir / f'slurm-attempt-{request.attempt}.out'}")
     print(f"  checkpoints: {request.checkpoint_dir}")
+    return 0
+
+
+def run_slurm_status(args: argparse.Namespace) -> int:
+    status = status_from_slurm(args.job, load_cluster_config(args.cluster_config))
+    now = datetime.now(UTC)
+    job = status.slurm_job
+    failure = f" ({status.failure})" if status.failure else ""
+    print(f"{status.job_id}: {status.status}{failure} - {status.message}")
+    print(f"  attempts: {status.attempts}  partition: {job.partition}  nodes: {job.nodes or '-'}")
+    for seg in status.segments:
+        end = f"{seg.ended_at:%H:%M:%S}" if seg.ended_at else "now"
+        print(
+            f"  segment {seg.id}: attempt {seg.attempt}, "
+            f"{seg.nodes} node(s) x {seg.gpus_per_node} {seg.gpu_type}, "
+            f"{seg.started_at:%H:%M:%S}-{end}, ${seg.cost_usd(now):.4f}"
+        )
+    print(f"  cost: ${status.cost_usd(now):.4f}")
+    if job.stdout:
+        print(f"  log: {job.stdout}")
     return 0

@@ -37,8 +37,14 @@ def jobs_of(job_id: str, jobs: Sequence[SlurmJob]) -> list[SlurmJob]:
 
 
 def attempt_of(job: SlurmJob) -> int | None:
+    """From the comment ``gpuctl:JOB:ATTEMPT[:GPU_TYPE]``."""
     parts = job.comment.split(":")
-    return int(parts[2]) if len(parts) == 3 and parts[0] == "gpuctl" and parts[2].isdigit() else None
+    return int(parts[2]) if len(parts) >= 3 and parts[0] == "gpuctl" and parts[2].isdigit() else None
+
+
+def gpu_type_of(job: SlurmJob) -> str | None:
+    parts = job.comment.split(":")
+    return parts[3] if len(parts) == 4 and parts[0] == "gpuctl" else None
 
 
 def read_progress(path: Path) -> Progress | None:

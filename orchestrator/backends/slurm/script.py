@@ -96,7 +96,7 @@ def sbatch_options(request: LaunchRequest, config: SlurmClusterConfig) -> list[s
     grace = max(1, math.ceil(spec.checkpoint.notice_grace_seconds))
     options = [
         f"--job-name={name}",
-        f"--comment=gpuctl:{request.job_id}:{request.attempt}",
+        f"--comment=gpuctl:{request.job_id}:{request.attempt}:{_token(placement.gpu_type, 'GPU type')}",
         f"--nodes={nodes}",
         "--ntasks-per-node=1",
         f"--gres=gpu:{gres}:{placement.gpus_per_node}",

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from orchestrator.backends.slurm import commands
+from orchestrator.backends.slurm.backend import gpu_type_of
 from orchestrator.backends.slurm.config import SlurmClusterConfig
 from orchestrator.backends.slurm.parse import SlurmJob, map_state
 from orchestrator.backends.slurm.script import JOB_NAME_PREFIX, runs_path
@@ -96,7 +97,7 @@ def segments_of(job: SlurmJob, job_id: str, config: SlurmClusterConfig) -> list[
             id=i + 1,
             job_id=job_id,
             attempt=run.restart + 1,
-            gpu_type=gpu_names.get(job.gres_type, job.gres_type),
+            gpu_type=gpu_type_of(job) or gpu_names.get(job.gres_type, job.gres_type),
             instance_type=f"slurm:{job.partition}",
             market=str(markets.get(job.partition, job.partition)),
             cloud="slurm",

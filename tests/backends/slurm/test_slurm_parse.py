@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from orchestrator.backends.base import NodePhase
-from orchestrator.backends.slurm.backend import attempt_of, read_progress
+from orchestrator.backends.slurm.backend import attempt_of, gpu_type_of, read_progress
 from orchestrator.backends.slurm.commands import slurm_error
 from orchestrator.backends.slurm.parse import (
     SlurmJob,
@@ -35,7 +36,8 @@ def test_squeue_json_2205_completed_failed_cancelled() -> None:
     assert done.start_time is not None and done.end_time is not None and done.start_time < done.end_time
     assert (failed.state, failed.exit_code, failed.exit_signal) == ("FAILED", 3, None)
     assert (cancelled.state, cancelled.exit_signal) == ("CANCELLED", 15)
-    assert attempt_of(done) == 1 and attempt_of(failed) is None
+    assert attempt_of(done) == 1 and attempt_of(failed) is None and gpu_type_of(done) is None
+    assert gpu_type_of(replace(done, comment="gpuctl:sj2:1:A100-80GB")) == "A100-80GB"
 
 
 def test_squeue_json_requeued_after_node_down_is_recovering() -> None:

@@ -56,7 +56,7 @@ def test_sbatch_options(tmp_path: Path) -> None:
     script = render(tmp_path)
     for option in [
         "--job-name=gpuctl-train-1",
-        "--comment=gpuctl:train-1:1",
+        "--comment=gpuctl:train-1:1:A100-80GB",
         "--nodes=2-4",
         "--ntasks-per-node=1",
         "--gres=gpu:a100:4",
