@@ -11,7 +11,8 @@ before they checkpoint):
   wait for the step, then ``scontrol requeue`` so the job resumes from its checkpoint;
 * USR2 (:meth:`SlurmBackend.stop`) and TERM (``scancel``): forward, wait, exit without requeue.
 
-A step that exits with :data:`~orchestrator.contract.PREEMPTED_EXIT_CODE` is requeued too.
+A step that exits with :data:`~orchestrator.contract.PREEMPTED_EXIT_CODE` is requeued too; a step
+that finished (exit code 0) is never requeued, whatever arrived meanwhile.
 """
 
 from __future__ import annotations
@@ -157,12 +158,12 @@ while :; do
     kill -0 "$step_pid" 2>/dev/null || break
 done
 echo "end $SLURM_JOB_ID ${SLURM_RESTART_COUNT:-0} $(date +%s) $rc $notice" >>"$runs_file"
-if [[ $notice == requeue || ( $rc -eq PREEMPTED && $notice != stop ) ]]; then
+if [[ $rc -ne 0 && ( $notice == requeue || ( $rc -eq PREEMPTED && $notice != stop ) ) ]]; then
     echo "gpuctl: requeueing job $SLURM_JOB_ID (notice=${notice:-none}, step exit code $rc)" >&2
     scontrol requeue "$SLURM_JOB_ID"
     exit 0
 fi
-if [[ $notice == stop ]]; then
+if [[ $rc -ne 0 && $notice == stop ]]; then
     scancel "$SLURM_JOB_ID"
 fi
 exit "$rc"
