@@ -9,10 +9,12 @@ before they checkpoint):
 
 * USR1 (``--signal=B:USR1@GRACE`` before the time limit, or :meth:`SlurmBackend.notify`): forward,
   wait for the step, then ``scontrol requeue`` so the job resumes from its checkpoint;
-* USR2 (:meth:`SlurmBackend.stop`) and TERM (``scancel``): forward, wait, exit without requeue.
+* USR2 (:meth:`SlurmBackend.stop`): forward, wait, then cancel the job (CANCELLED, no requeue);
+* TERM (``scancel``, or SLURM preempting the job, which requeues it by itself under
+  ``PreemptMode=REQUEUE``): forward, wait, exit with the step's code.
 
-A step that exits with :data:`~orchestrator.contract.PREEMPTED_EXIT_CODE` is requeued too; a step
-that finished (exit code 0) is never requeued, whatever arrived meanwhile.
+A step that exits with :data:`~orchestrator.contract.PREEMPTED_EXIT_CODE` by itself (a notice file
+from the monitor) is requeued too; a step that finished (exit code 0) is never requeued or cancelled.
 """
 
 from __future__ import annotations
@@ -147,7 +149,8 @@ forward_notice() {
     scancel --signal=TERM "$SLURM_JOB_ID"
 }
 trap 'forward_notice requeue' USR1
-trap 'forward_notice stop' USR2 TERM
+trap 'forward_notice stop' USR2
+trap 'forward_notice term' TERM
 """
 
 _WAIT_AND_REQUEUE = """\
@@ -158,7 +161,7 @@ while :; do
     kill -0 "$step_pid" 2>/dev/null || break
 done
 echo "end $SLURM_JOB_ID ${SLURM_RESTART_COUNT:-0} $(date +%s) $rc $notice" >>"$runs_file"
-if [[ $rc -ne 0 && ( $notice == requeue || ( $rc -eq PREEMPTED && $notice != stop ) ) ]]; then
+if [[ $rc -ne 0 && ( $notice == requeue || ( $rc -eq PREEMPTED && -z $notice ) ) ]]; then
     echo "gpuctl: requeueing job $SLURM_JOB_ID (notice=${notice:-none}, step exit code $rc)" >&2
     scontrol requeue "$SLURM_JOB_ID"
     exit 0

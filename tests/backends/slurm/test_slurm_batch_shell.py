@@ -58,7 +58,8 @@ def run_batch(tmp_path: Path, send: str, step_rc: int) -> tuple[int, list[str]]:
         ("USR1", 0, ["scancel --signal=TERM 42"], 0),  # finished meanwhile: no requeue
         ("USR2", 1, ["scancel --signal=TERM 42", "scancel 42"], 1),
         ("USR2", 75, ["scancel --signal=TERM 42", "scancel 42"], 75),
-        ("TERM", 1, ["scancel --signal=TERM 42", "scancel 42"], 1),
+        ("TERM", 1, ["scancel --signal=TERM 42"], 1),  # scancel or SLURM preemption: no self-cancel
+        ("TERM", 75, ["scancel --signal=TERM 42"], 75),
     ],
 )
 def test_batch_shell_signals(
