@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -28,7 +29,7 @@ def _assert_consistent_segments(doc: dict[str, Any]) -> None:
     for seg in segments:
         assert seg["ended_at"] is not None, f"open segment left behind: {seg}"
         assert seg["ended_at"] >= seg["started_at"]
-    for before, after in zip(segments, segments[1:], strict=False):
+    for before, after in itertools.pairwise(segments):
         assert datetime.fromisoformat(after["started_at"]) >= datetime.fromisoformat(before["ended_at"]), segments
     assert abs(doc["cost_usd"] - sum(s["cost_usd"] for s in segments)) < 1e-5
 

@@ -61,11 +61,11 @@ class LocalBackend:
         port = _free_port()
         port_file.write_text(str(port))
         env = {**os.environ, contract.ENV_NODE_ID: store_id, "PYTHONPATH": _pythonpath()}
-        subprocess.Popen(
-            [sys.executable, "-m", "orchestrator.backends.local.rendezvous", str(port), str(pid_file)],
-            env=env, start_new_session=True, stdin=subprocess.DEVNULL,
-            stdout=open(attempt_dir / "rendezvous.log", "ab"), stderr=subprocess.STDOUT,
-        )  # fmt: skip
+        with open(attempt_dir / "rendezvous.log", "ab") as log:
+            subprocess.Popen(
+                [sys.executable, "-m", "orchestrator.backends.local.rendezvous", str(port), str(pid_file)],
+                env=env, start_new_session=True, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            )  # fmt: skip
         _wait_for_port(port)
         return port
 
@@ -107,13 +107,12 @@ class LocalBackend:
             env[contract.ENV_GLOBAL_BATCH] = str(spec.policies.global_batch)
         if spec.setup:
             env["GPUCTL_SETUP"] = spec.setup
-        log = open(node_dir / "output.log", "ab")
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "orchestrator.backends.local.node_runner", str(node_dir), "--", *torchrun],
-            cwd=spec.workdir, env=env, start_new_session=True, stdin=subprocess.DEVNULL,
-            stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        log.close()
+        with open(node_dir / "output.log", "ab") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "orchestrator.backends.local.node_runner", str(node_dir), "--", *torchrun],
+                cwd=spec.workdir, env=env, start_new_session=True, stdin=subprocess.DEVNULL,
+                stdout=log, stderr=subprocess.STDOUT,
+            )  # fmt: skip
         (node_dir / "runner.pid").write_text(str(proc.pid))
 
     # --- observing ------------------------------------------------------------------------------
