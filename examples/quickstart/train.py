@@ -123,6 +123,8 @@ def main() -> None:
         print(f"test accuracy {accuracy:.4f} ({verdict} the target {TARGET_ACCURACY})", flush=True)
     rt.finish(metrics={"accuracy": accuracy})
     if distributed:
+        del ddp_model  # DDP holds the process group: free it before the group is destroyed
+        dist.barrier()
         dist.destroy_process_group()
 
 
