@@ -176,7 +176,10 @@ class LocalBackend:
             if not _alive(pid, node_id) or (node_dir / "kill_at").exists():
                 continue
             (node_dir / "kill_at").write_text(str(now.timestamp() + grace_s))
-            _signal_group(pid, signal.SIGTERM if grace_s > 0 else signal.SIGKILL)
+            if grace_s > 0:
+                _signal_group(pid, signal.SIGTERM)
+            else:
+                _kill_node(pid, node_id)
 
     def enforce(self, job_id: str, attempt: int, node_ids: Sequence[str], now: datetime) -> None:
         """Kill nodes whose grace period is over; stop the rendezvous once no node is left."""
@@ -189,7 +192,7 @@ class LocalBackend:
                 continue
             kill_at = node_dir / "kill_at"
             if kill_at.exists() and now.timestamp() >= float(kill_at.read_text()):
-                _signal_group(pid, signal.SIGKILL)
+                _kill_node(pid, node_id)
             else:
                 any_alive = True
         if not any_alive:
@@ -288,6 +291,21 @@ def _signal_group(pid: int | None, sig: signal.Signals) -> None:
         return
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
+
+
+def _kill_node(pid: int | None, node_id: str) -> None:
+    """SIGKILL a node: its process group, and every process carrying its id in the environment
+    (torchrun starts workers in sessions of their own, so the group alone would orphan them)."""
+    _signal_group(pid, signal.SIGKILL)
+    marker = f"{contract.ENV_NODE_ID}={node_id}".encode()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if marker in (proc / "environ").read_bytes().split(b"\0"):
+                os.kill(int(proc.name), signal.SIGKILL)
+        except (OSError, ProcessLookupError):
+            continue
 
 
 def _reap_children() -> None:
