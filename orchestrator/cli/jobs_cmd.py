@@ -14,8 +14,9 @@ from rich.live import Live
 from rich.table import Table
 
 from orchestrator.backends.base import Backend
-from orchestrator.backends.local.backend import LocalBackend, read_progress
+from orchestrator.backends.local.backend import LocalBackend
 from orchestrator.backends.local.market import SimulatedMarket, parse_schedule, preemption_schedule
+from orchestrator.backends.progress import read_progress
 from orchestrator.cli.views import job_document, live_table, summary_lines
 from orchestrator.controller.loop import Controller, ControllerLock, spawn_background_controller
 from orchestrator.controller.placement import placement_candidates

@@ -15,7 +15,6 @@ restarted controller finds running nodes again and never starts one twice.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import socket
@@ -26,8 +25,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from orchestrator import contract
-from orchestrator.backends.base import AttemptObservation, LaunchRequest, NodeObservation, NodePhase, Progress
+from orchestrator.backends.base import AttemptObservation, LaunchRequest, NodeObservation, NodePhase
 from orchestrator.backends.local.market import SimulatedMarket
+from orchestrator.backends.progress import read_progress
 from orchestrator.state.store import JobStore
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[3]
@@ -212,52 +212,6 @@ class LocalBackend:
 
 def _node_index(node_id: str) -> int:
     return int(node_id.rsplit("-n", 1)[1])
-
-
-def read_progress(path: Path) -> Progress | None:
-    """The newest step line of the progress file, with the final metrics if training finished."""
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            fh.seek(max(0, fh.tell() - 16384))
-            lines = fh.read().decode("utf-8", "replace").splitlines()
-    except OSError:
-        return None
-    step_line: dict[str, object] | None = None
-    finished: dict[str, object] | None = None
-    for line in reversed(lines):
-        try:
-            doc = json.loads(line)
-        except ValueError:
-            continue
-        if finished is None and doc.get("event") == "finished":
-            finished = doc
-        if "event" not in doc and "step" in doc:
-            step_line = doc
-            break
-        if doc.get("event") in ("preempted", "started"):
-            break  # a later attempt started: an older "finished" no longer holds
-    base = step_line or finished
-    if base is None:
-        return None
-    metrics = {k: float(v) for k, v in dict(finished.get("metrics") or {}).items()} if finished else {}  # type: ignore[call-overload]
-    return Progress(
-        step=int(finished["step"] if finished and "step" in finished else base.get("step", 0)),  # type: ignore[call-overload]
-        total_steps=_opt_int(base.get("total_steps")),
-        loss=_opt_float(base.get("loss")),
-        world_size=_opt_int(base.get("world_size")),
-        finished=finished is not None,
-        metrics=metrics,
-        time=datetime.fromisoformat(str(base["time"])) if base.get("time") else None,
-    )
-
-
-def _opt_int(v: object) -> int | None:
-    return int(v) if isinstance(v, int | float) else None
-
-
-def _opt_float(v: object) -> float | None:
-    return float(v) if isinstance(v, int | float) else None
 
 
 def _pythonpath() -> str:

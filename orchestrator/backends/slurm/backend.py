@@ -7,7 +7,6 @@ requeue``) is a new attempt: ``GPUCTL_ATTEMPT`` = controller attempt + SLURM res
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Sequence
 from datetime import datetime
@@ -19,8 +18,8 @@ from orchestrator.backends.base import (
     NodeObservation,
     NodePhase,
     Placement,
-    Progress,
 )
+from orchestrator.backends.progress import read_progress
 from orchestrator.backends.slurm import commands
 from orchestrator.backends.slurm.config import SlurmClusterConfig
 from orchestrator.backends.slurm.parse import SlurmJob, map_state
@@ -45,31 +44,6 @@ def attempt_of(job: SlurmJob) -> int | None:
 def gpu_type_of(job: SlurmJob) -> str | None:
     parts = job.comment.split(":")
     return parts[3] if len(parts) == 4 and parts[0] == "gpuctl" else None
-
-
-def read_progress(path: Path) -> Progress | None:
-    """The newest complete line of a progress file (see :mod:`orchestrator.contract`)."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return None
-    for line in reversed(lines):
-        try:
-            row = json.loads(line)
-            step = int(row["step"])
-        except (ValueError, KeyError, TypeError):
-            continue
-        stamp = row.get("time")
-        return Progress(
-            step=step,
-            total_steps=row.get("total_steps"),
-            loss=row.get("loss"),
-            world_size=row.get("world_size"),
-            finished=row.get("event") == "finished",
-            metrics=row.get("metrics") or {},
-            time=datetime.fromisoformat(stamp) if isinstance(stamp, str) else None,
-        )
-    return None
 
 
 class SlurmBackend:

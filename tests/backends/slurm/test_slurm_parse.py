@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.backends.base import NodePhase
-from orchestrator.backends.slurm.backend import attempt_of, gpu_type_of, read_progress
+from orchestrator.backends.progress import read_progress
+from orchestrator.backends.slurm.backend import attempt_of, gpu_type_of
 from orchestrator.backends.slurm.commands import slurm_error
 from orchestrator.backends.slurm.parse import (
     SlurmJob,
