@@ -131,8 +131,7 @@ def _follow(view: JobView) -> list[Action]:
     ended = [n for n in nodes if n.phase.ended]
     alive = [n for n in nodes if not n.phase.ended]
     succeeded = [n for n in nodes if n.phase is NodePhase.SUCCEEDED]
-    reclaimed = [n for n in ended if n.phase in (NodePhase.PREEMPTED, NodePhase.LOST) and n.notice_at is not None]
-    lost_silently = [n for n in ended if n.phase is NodePhase.LOST and n.notice_at is None]
+    gone = [n for n in ended if n.phase in (NodePhase.PREEMPTED, NodePhase.LOST)]  # with or without a notice
     failed = [n for n in ended if n.phase is NodePhase.FAILED]
     finished = view.progress is not None and view.progress.finished
 
@@ -151,7 +150,6 @@ def _follow(view: JobView) -> list[Action]:
         ]
 
     # 6c. The market took nodes (or nodes vanished): rescale or recover.
-    gone = reclaimed + lost_silently
     if gone or (failed and view.preempted_in_attempt):
         if spec.resources.elastic and spec.policies.rescale and len(alive) >= spec.resources.min_nodes:
             return [

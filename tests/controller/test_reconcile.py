@@ -193,3 +193,8 @@ def test_max_preemptions_ends_the_job() -> None:
     (t,) = [a for a in reconcile(v) if isinstance(a, Transition)]
     assert t.target is S.FAILED and t.reason is FailureReason.TOO_MANY_RESTARTS and "max_preemptions (2)" in t.message
     assert targets(reconcile(replace(v, preemptions=1))) == [S.PREEMPTED]
+
+
+def test_an_eviction_without_a_notice_time_is_a_preemption_too() -> None:
+    actions = reconcile(running(nodes=(node(0, NodePhase.RUNNING), node(1, NodePhase.PREEMPTED, 75))))
+    assert targets(actions) == [S.PREEMPTED] and CountPreemption() in actions
