@@ -195,9 +195,14 @@ def list_job_pods(job: str, namespace: str, api: Any | None = None) -> list[dict
 
 
 def create_pod(pod: dict[str, Any], api: Any | None = None) -> None:
+    """Create a pod; one of that name that exists already is left alone (idempotent)."""
     core = k8s.CoreV1Api(api or api_client())
     meta = pod["metadata"]
-    _call(f"create pod {meta['name']}", core.create_namespaced_pod, meta["namespace"], pod)
+    try:
+        _call(f"create pod {meta['name']}", core.create_namespaced_pod, meta["namespace"], pod)
+    except UserError as err:
+        if "already exists" not in err.what:
+            raise
 
 
 def delete_pod(name: str, namespace: str, grace_s: float | None = None, api: Any | None = None) -> None:

@@ -1,0 +1,94 @@
+"""One reconcile pass of a GPUJob against the API server: read, decide (pure), apply, write status.
+
+Kept apart from the kopf handlers so it can be called from anything (handlers, tests, a CLI).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from operators.kubernetes.decide import Decision, decide
+from orchestrator.backends.kubernetes import client
+from orchestrator.backends.kubernetes.config import KubeConfig
+from orchestrator.backends.kubernetes.manifests import Owner, build_pod, build_service, service_name
+from orchestrator.backends.kubernetes.observe import pod_phase
+from orchestrator.backends.kubernetes.placement import choose_placement
+from orchestrator.catalog.offers import MarketKind
+from orchestrator.errors import GpuctlError, NotFoundError, SpecError
+from orchestrator.spec import JobSpec
+from orchestrator.state.status import JobStatus
+
+
+def job_spec(name: str, namespace: str, spec: Mapping[str, Any]) -> JobSpec:
+    """The JobSpec of a GPUJob: ``name`` defaults to the resource's name, ``user`` to its namespace."""
+    data = {"name": name, "user": namespace, **dict(spec)}
+    try:
+        return JobSpec.model_validate(data)
+    except ValidationError as exc:
+        problems = [f"spec.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]
+        raise SpecError(f"GPUJob {namespace}/{name}", problems) from None
+
+
+def status_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """A merge patch turning ``old`` into ``new`` (removed keys become ``null``)."""
+    patch: dict[str, Any] = {k: None for k in old if k not in new}
+    patch.update(new)
+    return patch
+
+
+def reconcile_job(
+    name: str, namespace: str, config: KubeConfig, now: datetime, api: Any | None = None
+) -> Decision | None:
+    """Reconcile one GPUJob; ``None`` when it is gone. Errors from the API propagate (kopf retries)."""
+    try:
+        body = client.get_gpujob(name, namespace, api)
+    except NotFoundError:
+        return None
+    status = dict(body.get("status") or {})
+    if status.get("state") and JobStatus(status["state"]).terminal:
+        return None
+    try:
+        spec = job_spec(name, namespace, body.get("spec") or {})
+        market = MarketKind(status["market"]) if status.get("market") else None
+        placement = choose_placement(spec, market)
+    except GpuctlError as err:
+        failed = {**status, "state": str(JobStatus.FAILED), "message": err.message}
+        client.patch_gpujob_status(name, namespace, status_patch(status, failed), api)
+        return Decision(failed, events=(err.message,))
+    pods = client.list_job_pods(name, namespace, api)
+    nodes = client.list_node_names(api)
+    decision = decide(spec, status, [pod_phase(p, nodes) for p in pods], placement, name, now)
+    for pod_to_delete in decision.delete:
+        client.delete_pod(pod_to_delete, namespace, api=api)
+    if decision.create:
+        owner = Owner(name=name, uid=str(body["metadata"].get("uid", "")))
+        client.ensure_service(build_service(name, namespace, config, owner), api)
+        attempt = int(decision.status.get("attempt", 1))
+        for index in decision.create:
+            pod = build_pod(
+                spec,
+                placement,
+                job=name,
+                namespace=namespace,
+                attempt=attempt,
+                node_index=index,
+                config=config,
+                owner=owner,
+            )
+            client.create_pod(pod, api)
+    if decision.status != status:
+        client.patch_gpujob_status(name, namespace, status_patch(status, decision.status), api)
+    return decision
+
+
+def cleanup_job(name: str, namespace: str, api: Any | None = None) -> int:
+    """Delete the job's pods and rendezvous Service; returns how many pods were deleted."""
+    pods = client.list_job_pods(name, namespace, api)
+    for pod in pods:
+        client.delete_pod(pod["metadata"]["name"], namespace, grace_s=None, api=api)
+    client.delete_service(service_name(name), namespace, api)
+    return len(pods)
