@@ -48,6 +48,8 @@ def reconcile_job(
         body = client.get_gpujob(name, namespace, api)
     except NotFoundError:
         return None
+    if body.get("metadata", {}).get("deletionTimestamp"):
+        return None  # being deleted: the delete handler cleans up; never create pods again
     status = dict(body.get("status") or {})
     if status.get("state") and JobStatus(status["state"]).terminal:
         return None
