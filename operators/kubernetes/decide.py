@@ -20,9 +20,6 @@ from orchestrator.backends.kubernetes.manifests import pod_name
 from orchestrator.spec import JobSpec
 from orchestrator.state.status import JobStatus
 
-REGROW_AFTER_S = 600.0
-"""An elastic job running below ``max`` nodes asks for the missing ones again after this long."""
-
 _LIVE = (NodePhase.STARTING, NodePhase.RUNNING)
 _LOST = (NodePhase.PREEMPTED, NodePhase.LOST)
 
@@ -109,9 +106,13 @@ def decide(
     placement: Placement,
     job: str,
     now: datetime,
+    regrow_after_s: float = 600.0,
 ) -> Decision:
-    """One reconcile step. ``observed``: one entry per pod of the job that exists now."""
-    decision = _decide(spec, status_in, observed, placement, job, now)
+    """One reconcile step. ``observed``: one entry per pod of the job that exists now.
+
+    An elastic job running below ``max`` nodes asks for the missing ones again after ``regrow_after_s``.
+    """
+    decision = _decide(spec, status_in, observed, placement, job, now, regrow_after_s)
     decision.status["costUsd"] = round(sum(_segment_cost(s, now) for s in decision.status["segments"]), 6)
     return decision
 
@@ -123,6 +124,7 @@ def _decide(
     placement: Placement,
     job: str,
     now: datetime,
+    regrow_after_s: float,
 ) -> Decision:
     status: dict[str, Any] = {k: v for k, v in status_in.items()}
     status["segments"] = [dict(s) for s in status_in.get("segments", [])]
@@ -208,7 +210,7 @@ def _decide(
     if (
         desired < res.max_nodes
         and rescaled_at
-        and (now - _time(rescaled_at)).total_seconds() >= REGROW_AFTER_S
+        and (now - _time(rescaled_at)).total_seconds() >= regrow_after_s
     ):
         desired = status["desiredNodes"] = res.max_nodes
         status.pop("rescaledAt")

@@ -6,6 +6,8 @@ back into ``.status``; a restarted operator simply carries on. Settings come fro
 
 - ``GPUCTL_OPERATOR_CONFIG``: JSON of :class:`~orchestrator.backends.kubernetes.config.KubeConfig`;
 - ``GPUCTL_RECONCILE_INTERVAL_S``: seconds between checks of each job (default 10);
+- ``GPUCTL_METRICS_PORT``: serve Prometheus metrics on this port;
+- ``GPUCTL_PRICE_CATALOG``: a price catalog CSV replacing the built-in prices;
 - ``GPUCTL_KUBE_API_URL``: talk to this URL without credentials (tests, ``kubectl proxy``).
 """
 
@@ -20,6 +22,7 @@ from typing import Any
 
 import kopf
 
+from operators.kubernetes import metrics
 from operators.kubernetes.reconcile import cleanup_job, reconcile_job
 from orchestrator.backends.kubernetes import client
 from orchestrator.backends.kubernetes.config import KubeConfig
@@ -48,6 +51,9 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP)
     settings.posting.level = 20  # logging.INFO: job events also become Kubernetes Events
     load_config()  # fail at startup, not at the first job, on bad settings
+    port = os.environ.get("GPUCTL_METRICS_PORT")
+    if port:
+        metrics.serve(int(port))
 
 
 @kopf.on.login()
@@ -61,6 +67,8 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 def _reconcile(name: str, namespace: str, logger: Any) -> None:
     with _locks[(namespace, name)]:
         decision = reconcile_job(name, namespace, load_config(), datetime.now(UTC), _api())
+    if decision is not None:
+        metrics.record(namespace, name, decision.status)
     for message in decision.events if decision else ():
         logger.info(message)
 
@@ -82,4 +90,5 @@ def stop(*, name: str, namespace: str | None, logger: Any, **_: Any) -> None:
     with _locks[(ns, name)]:
         count = cleanup_job(name, ns, _api())
     _locks.pop((ns, name), None)
+    metrics.forget(ns, name)
     logger.info(f"deleted {count} pod(s) and the rendezvous service")

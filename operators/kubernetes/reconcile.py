@@ -5,6 +5,7 @@ Kept apart from the kopf handlers so it can be called from anything (handlers, t
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -17,10 +18,16 @@ from orchestrator.backends.kubernetes.config import KubeConfig
 from orchestrator.backends.kubernetes.manifests import Owner, build_pod, build_service, service_name
 from orchestrator.backends.kubernetes.observe import pod_phase
 from orchestrator.backends.kubernetes.placement import choose_placement
-from orchestrator.catalog.offers import MarketKind
+from orchestrator.catalog.offers import MarketKind, Offer, read_offers_csv
 from orchestrator.errors import GpuctlError, NotFoundError, SpecError
 from orchestrator.spec import JobSpec
 from orchestrator.state.status import JobStatus
+
+
+def price_catalog() -> list[Offer] | None:
+    """The chart's price catalog (``GPUCTL_PRICE_CATALOG``, a CSV file) or ``None`` for the built-in one."""
+    path = os.environ.get("GPUCTL_PRICE_CATALOG")
+    return read_offers_csv(path, "chart price catalog") if path else None
 
 
 def job_spec(name: str, namespace: str, spec: Mapping[str, Any]) -> JobSpec:
@@ -56,14 +63,15 @@ def reconcile_job(
     try:
         spec = job_spec(name, namespace, body.get("spec") or {})
         market = MarketKind(status["market"]) if status.get("market") else None
-        placement = choose_placement(spec, market)
+        placement = choose_placement(spec, market, price_catalog())
     except GpuctlError as err:
         failed = {**status, "state": str(JobStatus.FAILED), "message": err.message}
         client.patch_gpujob_status(name, namespace, status_patch(status, failed), api)
         return Decision(failed, events=(err.message,))
     pods = client.list_job_pods(name, namespace, api)
     nodes = client.list_node_names(api)
-    decision = decide(spec, status, [pod_phase(p, nodes) for p in pods], placement, name, now)
+    observed = [pod_phase(p, nodes) for p in pods]
+    decision = decide(spec, status, observed, placement, name, now, config.regrow_after_s)
     for pod_to_delete in decision.delete:
         client.delete_pod(pod_to_delete, namespace, api=api)
     if decision.create:

@@ -56,6 +56,8 @@ class KubeConfig:
     namespace: str = "default"
     capacity_provider: str = "karpenter"
     gpu_products: dict[str, list[str]] = field(default_factory=lambda: dict(DEFAULT_GPU_PRODUCTS))
+    gpu_products_extra: dict[str, list[str]] = field(default_factory=dict)
+    """Entries merged over ``gpu_products`` (the chart's ``gpuProducts`` value)."""
     default_image: str = "ghcr.io/gpuctl/gpuctl:0.1.0"
     monitor_image: str = "ghcr.io/gpuctl/gpuctl:0.1.0"
     monitor_port: int = 9400
@@ -63,6 +65,8 @@ class KubeConfig:
     checkpoint_pvc: str | None = "gpuctl-checkpoints"
     checkpoint_mount: str = "/checkpoints"
     service_account: str | None = None
+    regrow_after_s: float = 600.0
+    """An elastic job running below ``max`` nodes asks for the missing ones again after this long."""
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> KubeConfig:
@@ -87,7 +91,8 @@ class KubeConfig:
             ) from None
 
     def products_for(self, gpu_type: str) -> list[str]:
-        by_lower = {k.lower(): v for k, v in self.gpu_products.items()}
+        table = {**self.gpu_products, **self.gpu_products_extra}
+        by_lower = {k.lower(): v for k, v in table.items()}
         products = by_lower.get(gpu_type.lower())
         if not products:
             raise UserError(

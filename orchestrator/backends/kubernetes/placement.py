@@ -6,6 +6,8 @@ for and which list price to book the segment at (cheapest matching catalog offer
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from orchestrator.backends.base import Placement
 from orchestrator.catalog.offers import MarketKind, Offer, find_offers
 from orchestrator.errors import UserError
@@ -16,7 +18,10 @@ def initial_market(spec: JobSpec) -> MarketKind:
     return MarketKind.ON_DEMAND if spec.market.mode is MarketMode.ON_DEMAND else MarketKind.SPOT
 
 
-def choose_placement(spec: JobSpec, market: MarketKind | None = None) -> Placement:
+def choose_placement(
+    spec: JobSpec, market: MarketKind | None = None, offers: Sequence[Offer] | None = None
+) -> Placement:
+    """``offers``: the price catalog to use (default: the built-in one)."""
     market = market or initial_market(spec)
     res = spec.resources
     for gpu_type in res.gpu_types:
@@ -24,6 +29,7 @@ def choose_placement(spec: JobSpec, market: MarketKind | None = None) -> Placeme
             o
             for o in find_offers(
                 gpu_type,
+                offers=offers,
                 gpus_per_node=res.gpus_per_node,
                 cloud=spec.market.cloud,
                 regions=spec.market.regions,
