@@ -112,12 +112,12 @@ def checkpoint_dir(spec: JobSpec, job: str, config: KubeConfig) -> str:
     return f"{config.checkpoint_mount}/{job}"
 
 
-def _env(spec: JobSpec, job: str, attempt: int, node_index: int, config: KubeConfig) -> list[dict[str, str]]:
+def _env(spec: JobSpec, job: str, attempt: int, name: str, config: KubeConfig) -> list[dict[str, str]]:
     ckpt = spec.checkpoint
     values: dict[str, str] = {
         contract.ENV_JOB_ID: job,
         contract.ENV_ATTEMPT: str(attempt),
-        contract.ENV_NODE_ID: pod_name(job, node_index),
+        contract.ENV_NODE_ID: name,
         contract.ENV_CHECKPOINT_DIR: checkpoint_dir(spec, job, config),
         contract.ENV_CHECKPOINT_KEEP: str(ckpt.keep),
         contract.ENV_PROGRESS_FILE: PROGRESS_FILE,
@@ -179,7 +179,7 @@ def _trainer_resources(spec: JobSpec) -> dict[str, Any]:
     return {"limits": limits, "requests": requests} if requests else {"limits": limits}
 
 
-def _monitor_container(job: str, node_index: int, config: KubeConfig) -> dict[str, Any]:
+def _monitor_container(job: str, name: str, config: KubeConfig) -> dict[str, Any]:
     """Native sidecar (init container that keeps running): the pod still completes with the trainer."""
     return {
         "name": MONITOR,
@@ -188,7 +188,7 @@ def _monitor_container(job: str, node_index: int, config: KubeConfig) -> dict[st
         "command": ["python", "-m", "orchestrator.monitor"],
         "args": [
             f"--job={job}",
-            f"--node={pod_name(job, node_index)}",
+            f"--node={name}",
             f"--port={config.monitor_port}",
             f"--notice-file={NOTICE_FILE}",
         ],
@@ -215,8 +215,10 @@ def build_pod(
     node_index: int,
     config: KubeConfig,
     owner: Owner | None = None,
+    name: str | None = None,
 ) -> dict[str, Any]:
-    """The pod of one node of an attempt."""
+    """The pod of one node of an attempt; ``name`` defaults to :func:`pod_name` (``JOB-nINDEX``)."""
+    name = name or pod_name(job, node_index)
     labels = {**job_labels(job), LABEL_ATTEMPT: str(attempt), LABEL_NODE_INDEX: str(node_index)}
     mounts = [{"name": "gpuctl-shared", "mountPath": SHARED_DIR}]
     volumes: list[dict[str, Any]] = [{"name": "gpuctl-shared", "emptyDir": {}}]
@@ -229,7 +231,7 @@ def build_pod(
         "image": spec.image or config.default_image,
         "command": trainer_argv(spec, job, namespace, config),
         "workingDir": spec.workdir if spec.workdir.startswith("/") else None,
-        "env": _env(spec, job, attempt, node_index, config),
+        "env": _env(spec, job, attempt, name, config),
         "ports": [{"name": "rendezvous", "containerPort": config.rendezvous_port, "protocol": "TCP"}],
         "resources": _trainer_resources(spec),
         "volumeMounts": mounts,
@@ -241,7 +243,7 @@ def build_pod(
         "terminationGracePeriodSeconds": math.ceil(spec.checkpoint.notice_grace_seconds),
         "affinity": _affinity(spec, placement, config),
         "tolerations": _tolerations(placement, config),
-        "initContainers": [_monitor_container(job, node_index, config)],
+        "initContainers": [_monitor_container(job, name, config)],
         "containers": [{k: v for k, v in trainer.items() if v is not None}],
         "volumes": volumes,
     }
@@ -252,6 +254,6 @@ def build_pod(
         "gpuctl.dev/market": str(placement.market),
         "gpuctl.dev/node-price-usd-per-hour": f"{placement.node_price_usd_per_hour:g}",
     }
-    meta = _metadata(pod_name(job, node_index), namespace, labels, owner)
+    meta = _metadata(name, namespace, labels, owner)
     meta["annotations"] = annotations
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": pod_spec}
