@@ -17,6 +17,11 @@ from orchestrator.errors import GpuctlError
 
 COMMAND_MODULES = [
     "orchestrator.cli.spec_cmd",
+    "orchestrator.cli.jobs_cmd",
+    "orchestrator.cli.monitor_cmd",
+    "orchestrator.cli.cost_cmd",
+    "orchestrator.cli.catalog_cmd",
+    "orchestrator.cli.simulate_cmd",
 ]
 
 

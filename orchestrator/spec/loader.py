@@ -46,7 +46,7 @@ def load_spec_text(text: str, source: str = "<job spec>", now: datetime | None =
         problem = getattr(exc, "problem", None) or str(exc)
         raise SpecError(source, [f"malformed YAML{where}: {problem}. To fix: check indentation and quoting"]) from exc
     if not isinstance(data, dict):
-        raise SpecError(source, ["the file must be one YAML mapping with at least 'name' and 'command'"])
+        raise SpecError(source, ["the file must be one YAML mapping. To fix: start from examples/quickstart/job.yaml (at least 'name' and 'command')"])
     lines = _line_index(root)
     try:
         spec = JobSpec.model_validate(data)

@@ -3,7 +3,7 @@
     PENDING → PLACING → LAUNCHING → RUNNING → SUCCEEDED
                  ▲          ▲          │  ▲
                  │          │          ▼  │
-                 └── RECOVERING ◀── PREEMPTED     RUNNING ⇄ RESCALING
+                 └── RECOVERING ◀── PREEMPTED     RUNNING ⇄ RESCALING → LAUNCHING (to grow)
     any non-terminal state → FAILED(reason) | CANCELLED
 
 Every change goes through :func:`check_transition`; an illegal one is a gpuctl bug and raises.
@@ -50,7 +50,7 @@ ALLOWED_TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
     _S.PLACING: frozenset({_S.LAUNCHING, _S.RECOVERING}),
     _S.LAUNCHING: frozenset({_S.RUNNING, _S.PREEMPTED, _S.RECOVERING, _S.SUCCEEDED}),
     _S.RUNNING: frozenset({_S.SUCCEEDED, _S.PREEMPTED, _S.RESCALING, _S.RECOVERING}),
-    _S.RESCALING: frozenset({_S.RUNNING, _S.PREEMPTED, _S.RECOVERING, _S.SUCCEEDED}),
+    _S.RESCALING: frozenset({_S.RUNNING, _S.LAUNCHING, _S.PREEMPTED, _S.RECOVERING, _S.SUCCEEDED}),
     _S.PREEMPTED: frozenset({_S.RECOVERING}),
     _S.RECOVERING: frozenset({_S.PLACING, _S.LAUNCHING}),
     _S.SUCCEEDED: frozenset(),

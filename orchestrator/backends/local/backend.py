@@ -1,0 +1,316 @@
+"""Local backend: each node is a torchrun agent process on this machine.
+
+Layout of a job folder (``$GPUCTL_HOME/jobs/JOB``)::
+
+    progress.jsonl              training progress (rank 0 of every attempt appends)
+    market.json                 which simulated market changes have fired
+    attempt-N/rendezvous.pid    the attempt's c10d store process
+    attempt-N/rendezvous.port
+    attempt-N/NODE_ID/          runner.pid, exit_code, kill_at, launches.log, output.log
+
+Everything the backend needs after a controller restart is in those files and in /proc, so a
+restarted controller finds running nodes again and never starts one twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+from orchestrator import contract
+from orchestrator.backends.base import AttemptObservation, LaunchRequest, NodeObservation, NodePhase, Progress
+from orchestrator.backends.local.market import SimulatedMarket
+from orchestrator.state.store import JobStore
+
+PACKAGE_ROOT = Path(__file__).resolve().parents[3]
+"""The folder holding the ``orchestrator`` package: put on the nodes' PYTHONPATH."""
+
+
+class LocalBackend:
+    name = "local"
+
+    def __init__(self, store: JobStore) -> None:
+        self.store = store
+
+    # --- launching ------------------------------------------------------------------------------
+    def launch(self, request: LaunchRequest) -> None:
+        attempt_dir = request.job_dir / f"attempt-{request.attempt}"
+        attempt_dir.mkdir(parents=True, exist_ok=True)
+        port = self._ensure_rendezvous(attempt_dir, request.job_id, request.attempt)
+        for node_id in request.node_ids:
+            node_dir = attempt_dir / node_id
+            node_dir.mkdir(exist_ok=True)
+            if (node_dir / "exit_code").exists() or _alive(_read_pid(node_dir / "runner.pid"), node_id):
+                continue  # idempotent: never start a node twice
+            self._start_node(request, node_id, node_dir, port)
+
+    def _ensure_rendezvous(self, attempt_dir: Path, job_id: str, attempt: int) -> int:
+        store_id = f"{job_id}-a{attempt}-rendezvous"
+        pid_file = attempt_dir / "rendezvous.pid"
+        port_file = attempt_dir / "rendezvous.port"
+        if port_file.exists() and _alive(_read_pid(pid_file), store_id):
+            return int(port_file.read_text())
+        port = _free_port()
+        port_file.write_text(str(port))
+        env = {**os.environ, contract.ENV_NODE_ID: store_id, "PYTHONPATH": _pythonpath()}
+        subprocess.Popen(
+            [sys.executable, "-m", "orchestrator.backends.local.rendezvous", str(port), str(pid_file)],
+            env=env, start_new_session=True, stdin=subprocess.DEVNULL,
+            stdout=open(attempt_dir / "rendezvous.log", "ab"), stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        _wait_for_port(port)
+        return port
+
+    def _start_node(self, request: LaunchRequest, node_id: str, node_dir: Path, port: int) -> None:
+        spec = request.spec
+        elastic = request.min_nodes != request.max_nodes
+        torchrun = [
+            sys.executable, "-m", "torch.distributed.run",
+            f"--nnodes={request.min_nodes}:{request.max_nodes}",
+            f"--nproc-per-node={request.placement.gpus_per_node}",
+            "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}",
+            f"--rdzv-id={request.job_id}-a{request.attempt}",
+            "--rdzv-conf=is_host=false,last_call_timeout=1,join_timeout=300,keep_alive_interval=1,keep_alive_max_attempt=3",
+            f"--max-restarts={100 if elastic else 0}", "--monitor-interval=0.5",
+            "--local-addr=127.0.0.1",
+            *spec.command_argv,
+        ]  # fmt: skip
+        env = {
+            **os.environ,
+            **spec.env,
+            "PYTHONPATH": _pythonpath(),
+            "PYTHONUNBUFFERED": "1",
+            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+            contract.ENV_JOB_ID: request.job_id,
+            contract.ENV_ATTEMPT: str(request.attempt),
+            contract.ENV_NODE_ID: node_id,
+            contract.ENV_CHECKPOINT_DIR: request.checkpoint_dir,
+            contract.ENV_CHECKPOINT_KEEP: str(spec.checkpoint.keep),
+            contract.ENV_PROGRESS_FILE: str(request.job_dir / "progress.jsonl"),
+            contract.ENV_NOTICE_SIGNAL: "SIGTERM",
+        }
+        if spec.checkpoint.every_steps:
+            env[contract.ENV_CHECKPOINT_EVERY_STEPS] = str(spec.checkpoint.every_steps)
+        if spec.checkpoint.every:
+            from orchestrator.spec import parse_duration
+
+            env[contract.ENV_CHECKPOINT_EVERY_SECONDS] = str(parse_duration(spec.checkpoint.every).total_seconds())
+        if spec.policies.global_batch:
+            env[contract.ENV_GLOBAL_BATCH] = str(spec.policies.global_batch)
+        if spec.setup:
+            env["GPUCTL_SETUP"] = spec.setup
+        log = open(node_dir / "output.log", "ab")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator.backends.local.node_runner", str(node_dir), "--", *torchrun],
+            cwd=spec.workdir, env=env, start_new_session=True, stdin=subprocess.DEVNULL,
+            stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        log.close()
+        (node_dir / "runner.pid").write_text(str(proc.pid))
+
+    # --- observing ------------------------------------------------------------------------------
+    def observe(self, job_id: str, attempt: int, node_ids: Sequence[str]) -> AttemptObservation:
+        _reap_children()
+        attempt_dir = self.store.job_dir(job_id) / f"attempt-{attempt}"
+        notices = {n.node_id: n.notice_at for n in self.store.nodes(job_id, attempt)}
+        nodes = []
+        for node_id in node_ids:
+            node_dir = attempt_dir / node_id
+            notice_at = notices.get(node_id)
+            exit_file = node_dir / "exit_code"
+            if exit_file.exists():
+                code = int(exit_file.read_text() or "1")
+                if code == 0:
+                    phase = NodePhase.SUCCEEDED
+                else:
+                    phase = NodePhase.PREEMPTED if notice_at else NodePhase.FAILED
+                ended = datetime.fromtimestamp(exit_file.stat().st_mtime, UTC)
+                nodes.append(NodeObservation(node_id, phase, code, notice_at, ended))
+            elif _alive(_read_pid(node_dir / "runner.pid"), node_id):
+                nodes.append(NodeObservation(node_id, NodePhase.RUNNING, notice_at=notice_at))
+            elif (node_dir / "runner.pid").exists():
+                phase = NodePhase.PREEMPTED if notice_at else NodePhase.LOST
+                nodes.append(NodeObservation(node_id, phase, None, notice_at, datetime.now(UTC)))
+            else:
+                nodes.append(NodeObservation(node_id, NodePhase.STARTING, notice_at=notice_at))
+        return AttemptObservation(tuple(nodes), read_progress(self.store.job_dir(job_id) / "progress.jsonl"))
+
+    def spot_capacity(self, job_id: str, zone: str, now: datetime) -> int | None:
+        job = self.store.job(job_id)
+        market = SimulatedMarket(self.store.job_options(job_id).get("market", {}), self.store.job_dir(job_id) / "market.json")
+        progress = read_progress(self.store.job_dir(job_id) / "progress.jsonl")
+        return market.capacity((now - job.submitted_at).total_seconds(), progress.step if progress else None)
+
+    def tick(self, job_id: str, attempt: int, node_ids: Sequence[str], spot: bool, grace_s: float, now: datetime) -> None:
+        """Play the simulated cloud: reclaim spot nodes above the market's capacity, kill after grace."""
+        if spot and node_ids:
+            capacity = self.spot_capacity(job_id, "", now)
+            noticed = {n.node_id for n in self.store.nodes(job_id, attempt) if n.notice_at is not None}
+            attempt_dir = self.store.job_dir(job_id) / f"attempt-{attempt}"
+            alive = [
+                n for n in node_ids
+                if n not in noticed and _alive(_read_pid(attempt_dir / n / "runner.pid"), n)
+            ]  # fmt: skip
+            if capacity is not None and len(alive) > capacity:
+                reclaimed = sorted(alive, key=_node_index)[capacity:]
+                for node_id in reclaimed:
+                    self.store.mark_notice(node_id, now)
+                self.stop(job_id, attempt, reclaimed, grace_s)
+        self.enforce(job_id, attempt, node_ids, now)
+
+    # --- stopping ------------------------------------------------------------------------------
+    def stop(self, job_id: str, attempt: int, node_ids: Sequence[str], grace_s: float) -> None:
+        """Send the notice now; :meth:`enforce` kills whatever is still alive after ``grace_s``."""
+        attempt_dir = self.store.job_dir(job_id) / f"attempt-{attempt}"
+        now = datetime.now(UTC)
+        for node_id in node_ids:
+            node_dir = attempt_dir / node_id
+            pid = _read_pid(node_dir / "runner.pid")
+            if not _alive(pid, node_id) or (node_dir / "kill_at").exists():
+                continue
+            (node_dir / "kill_at").write_text(str(now.timestamp() + grace_s))
+            _signal_group(pid, signal.SIGTERM if grace_s > 0 else signal.SIGKILL)
+
+    def enforce(self, job_id: str, attempt: int, node_ids: Sequence[str], now: datetime) -> None:
+        """Kill nodes whose grace period is over; stop the rendezvous once no node is left."""
+        attempt_dir = self.store.job_dir(job_id) / f"attempt-{attempt}"
+        any_alive = False
+        for node_id in node_ids:
+            node_dir = attempt_dir / node_id
+            pid = _read_pid(node_dir / "runner.pid")
+            if not _alive(pid, node_id):
+                continue
+            kill_at = node_dir / "kill_at"
+            if kill_at.exists() and now.timestamp() >= float(kill_at.read_text()):
+                _signal_group(pid, signal.SIGKILL)
+            else:
+                any_alive = True
+        if not any_alive:
+            self.stop_rendezvous(job_id, attempt)
+
+    def stop_rendezvous(self, job_id: str, attempt: int) -> None:
+        attempt_dir = self.store.job_dir(job_id) / f"attempt-{attempt}"
+        pid = _read_pid(attempt_dir / "rendezvous.pid")
+        if _alive(pid, f"{job_id}-a{attempt}-rendezvous"):
+            _signal_group(pid, signal.SIGTERM)
+
+    def log_paths(self, job_id: str) -> list[Path]:
+        job_dir = self.store.job_dir(job_id)
+        attempts = sorted(job_dir.glob("attempt-*"), key=lambda p: int(p.name.split("-")[1]))
+        return [log for a in attempts for log in sorted(a.glob("*/output.log"))]
+
+
+def _node_index(node_id: str) -> int:
+    return int(node_id.rsplit("-n", 1)[1])
+
+
+def read_progress(path: Path) -> Progress | None:
+    """The newest step line of the progress file, with the final metrics if training finished."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - 16384))
+            lines = fh.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return None
+    step_line: dict[str, object] | None = None
+    finished: dict[str, object] | None = None
+    for line in reversed(lines):
+        try:
+            doc = json.loads(line)
+        except ValueError:
+            continue
+        if finished is None and doc.get("event") == "finished":
+            finished = doc
+        if "event" not in doc and "step" in doc:
+            step_line = doc
+            break
+        if doc.get("event") in ("preempted", "started"):
+            break  # a later attempt started: an older "finished" no longer holds
+    base = step_line or finished
+    if base is None:
+        return None
+    metrics = {k: float(v) for k, v in dict(finished.get("metrics") or {}).items()} if finished else {}  # type: ignore[call-overload]
+    return Progress(
+        step=int(finished["step"] if finished and "step" in finished else base.get("step", 0)),  # type: ignore[call-overload]
+        total_steps=_opt_int(base.get("total_steps")),
+        loss=_opt_float(base.get("loss")),
+        world_size=_opt_int(base.get("world_size")),
+        finished=finished is not None,
+        metrics=metrics,
+        time=datetime.fromisoformat(str(base["time"])) if base.get("time") else None,
+    )
+
+
+def _opt_int(v: object) -> int | None:
+    return int(v) if isinstance(v, int | float) else None
+
+
+def _opt_float(v: object) -> float | None:
+    return float(v) if isinstance(v, int | float) else None
+
+
+def _pythonpath() -> str:
+    existing = os.environ.get("PYTHONPATH")
+    return f"{PACKAGE_ROOT}{os.pathsep}{existing}" if existing else str(PACKAGE_ROOT)
+
+
+def _read_pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _alive(pid: int | None, node_id: str) -> bool:
+    """Is ``pid`` a live (not zombie) process of this node? Guards against pid reuse."""
+    if pid is None:
+        return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        if stat.rsplit(")", 1)[1].split()[0] == "Z":
+            return False
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return False
+    return f"{contract.ENV_NODE_ID}={node_id}".encode() in environ.split(b"\0")
+
+
+def _signal_group(pid: int | None, sig: signal.Signals) -> None:
+    if pid is None:
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+def _reap_children() -> None:
+    with contextlib.suppress(ChildProcessError):
+        while True:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+            if pid == 0:
+                return
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_for_port(port: int, timeout_s: float = 20.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)

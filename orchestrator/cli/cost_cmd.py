@@ -1,0 +1,88 @@
+"""`gpuctl cost report`: the ledger as a table, CSV, JSON or a self-contained HTML page."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from orchestrator.costs.html import to_html
+from orchestrator.costs.inputs import ReportInputs, read_inputs_file, read_ledger
+from orchestrator.costs.ledger import Window
+from orchestrator.costs.render import TABLE_ROWS, to_csv, to_json, to_table
+from orchestrator.costs.report import GroupBy, Report, build_report, parse_since, parse_window
+from orchestrator.errors import UserError
+from orchestrator.state import store as store_module
+
+
+def gpuctl_home() -> Path:
+    return Path(os.environ.get("GPUCTL_HOME") or "~/.gpuctl").expanduser()
+
+
+def load_report_inputs(home: Path, since: datetime | None = None) -> ReportInputs:
+    """Read jobs and segments from the job store under ``home``."""
+    return read_ledger(store_module.open_store(home), since)
+
+
+def _table_text(report: Report, limit: int | None) -> str:
+    console = Console(file=io.StringIO(), width=160, record=True)
+    console.print(to_table(report, limit))
+    return console.export_text()
+
+
+def register(sub: Any) -> None:
+    cost = sub.add_parser("cost", help="what jobs cost: reports from the ledger")
+    cost_sub = cost.add_subparsers(dest="cost_command", metavar="SUBCOMMAND", required=True)
+    report = cost_sub.add_parser(
+        "report", help="cost, savings, idle and lost work by job/user/team/gpu/market"
+    )
+    when = report.add_mutually_exclusive_group()
+    when.add_argument("--since", metavar="DURATION", help="the last DURATION, such as 7d or 24h")
+    when.add_argument("--window", metavar="START,END", help="ISO 8601 times or dates, UTC if no zone")
+    report.add_argument("--by", choices=[g.value for g in GroupBy], default=GroupBy.JOB.value)
+    report.add_argument("-o", "--output", choices=["table", "csv", "json", "html"], default="table")
+    report.add_argument("--out", metavar="FILE", help="write to FILE instead of standard output")
+    report.add_argument(
+        "--limit", type=int, default=TABLE_ROWS, help=f"table rows shown (default {TABLE_ROWS}; 0 for all)"
+    )
+    report.add_argument("--input", metavar="FILE", help="read a JSON ledger export instead of the job store")
+    report.set_defaults(run=run_report)
+
+
+def run_report(args: argparse.Namespace) -> int:
+    now = datetime.now(UTC)
+    window: Window | None = None
+    if args.since:
+        window = parse_since(args.since, now)
+    elif args.window:
+        window = parse_window(args.window)
+    if args.input:
+        inputs = read_inputs_file(args.input)
+    else:
+        inputs = load_report_inputs(gpuctl_home(), window.start if window else None)
+    report = build_report(inputs.jobs, inputs.segments, now, window, args.by, inputs.idle, inputs.lost)
+    if args.output == "table" and not args.out:
+        Console(width=160).print(to_table(report, args.limit or None))
+        return 0
+    text = {
+        "table": lambda r: _table_text(r, args.limit or None),
+        "csv": to_csv,
+        "json": to_json,
+        "html": to_html,
+    }[args.output](report)
+    if args.out:
+        try:
+            Path(args.out).write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise UserError(
+                f"cannot write {args.out}: {exc.strerror}", "choose a writable path for --out"
+            ) from exc
+        print(f"wrote {args.output} report to {args.out}")
+    else:
+        print(text, end="" if text.endswith("\n") else "\n")
+    return 0

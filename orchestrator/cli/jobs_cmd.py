@@ -1,0 +1,234 @@
+"""`gpuctl submit`, `list`, `status`, `events`, `logs`, `cancel` and `controller run`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from orchestrator.backends.base import Backend
+from orchestrator.backends.local.backend import LocalBackend, read_progress
+from orchestrator.backends.local.market import SimulatedMarket, parse_schedule, preemption_schedule
+from orchestrator.cli.views import job_document, live_table, summary_lines
+from orchestrator.controller.loop import Controller, ControllerLock, spawn_background_controller
+from orchestrator.controller.placement import placement_candidates
+from orchestrator.errors import UserError
+from orchestrator.spec import load_spec_file, parse_deadline
+from orchestrator.state.store import JobStore
+
+BACKENDS = ["local"]
+
+
+def make_backend(name: str, store: JobStore) -> Backend:
+    if name == "local":
+        return LocalBackend(store)
+    raise UserError(f"unknown backend '{name}'", f"use one of {', '.join(BACKENDS)}")
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("submit", help="submit a job and follow it (or --detach)")
+    p.add_argument("file", help="job spec (YAML)")
+    p.add_argument("--backend", default="local", choices=BACKENDS)
+    p.add_argument("--detach", action="store_true", help="leave a background controller running and return")
+    market = p.add_argument_group("simulated spot market (local backend)")
+    market.add_argument("--preempt-at", action="append", default=[], metavar="WHEN",
+                        help="reclaim spot capacity at WHEN: '30s' after submission or 'step:40'; repeatable")  # fmt: skip
+    market.add_argument("--outage", default="10s", help="how long capacity stays gone after --preempt-at")
+    market.add_argument("--spot-schedule", metavar="CHANGES",
+                        help="capacity changes, e.g. 'step:20=1,after:15s=inf' (see docs)")  # fmt: skip
+    market.add_argument("--spot-trace", metavar="FILE", help="spot availability trace (shared/data format)")
+    market.add_argument("--trace-speedup", type=float, default=3600.0, help="trace seconds per real second")
+    market.add_argument("--trace-start-tick", type=int, default=0)
+    p.set_defaults(run=run_submit)
+
+    p = sub.add_parser("list", help="list jobs")
+    p.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    p.set_defaults(run=run_list)
+
+    p = sub.add_parser("status", help="show one job")
+    p.add_argument("job")
+    p.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    p.set_defaults(run=run_status)
+
+    p = sub.add_parser("events", help="a job's event history")
+    p.add_argument("job")
+    p.set_defaults(run=run_events)
+
+    p = sub.add_parser("logs", help="a job's output, all nodes and attempts")
+    p.add_argument("job")
+    p.add_argument("-f", "--follow", action="store_true")
+    p.set_defaults(run=run_logs)
+
+    p = sub.add_parser("cancel", help="cancel a job (its nodes get the notice, then stop)")
+    p.add_argument("job")
+    p.set_defaults(run=run_cancel)
+
+    ctl = sub.add_parser("controller", help="the background controller")
+    ctl_sub = ctl.add_subparsers(dest="controller_command", metavar="SUBCOMMAND", required=True)
+    p = ctl_sub.add_parser("run", help="run the controller in the foreground until stopped")
+    p.add_argument("--backend", default="local", choices=BACKENDS)
+    p.add_argument("--exit-when-idle", action="store_true", help="exit once no job is left to run")
+    p.set_defaults(run=run_controller)
+
+
+def _market_options(args: argparse.Namespace) -> dict[str, Any]:
+    if args.spot_trace and (args.preempt_at or args.spot_schedule):
+        raise UserError("--spot-trace cannot be combined with --preempt-at or --spot-schedule", "pick one")
+    schedule = preemption_schedule(args.preempt_at, args.outage)
+    if args.spot_schedule:
+        schedule += parse_schedule(args.spot_schedule)
+    return SimulatedMarket.options(schedule, args.spot_trace, args.trace_speedup, args.trace_start_tick)
+
+
+def run_submit(args: argparse.Namespace) -> int:
+    now = datetime.now(UTC)
+    spec = load_spec_file(args.file, now=now)
+    placement_candidates(spec)  # unknown GPU types and impossible zones fail here, before anything is stored
+    store = JobStore()
+    deadline = parse_deadline(spec.goals.deadline, now) if spec.goals.deadline else None
+    job = store.create_job(
+        name=spec.name, user=spec.user, team=spec.team, backend=args.backend, spec_json=spec.model_dump_json(),
+        deadline=deadline, now=now, options={"market": _market_options(args)},
+    )  # fmt: skip
+    lock = ControllerLock(store.home)
+    if args.detach:
+        if not lock.held_elsewhere():
+            spawn_background_controller(store.home, args.backend)
+        print(job.id)
+        print(f"submitted; follow it with `gpuctl status {job.id}` or `gpuctl logs {job.id} -f`", file=sys.stderr)
+        return 0
+    controller = None
+    if lock.acquire():
+        controller = Controller(store, make_backend(args.backend, store))
+        controller.start()
+    try:
+        return _follow(store, job.id, controller)
+    finally:
+        if controller is not None:
+            controller.stop()
+        lock.release()
+
+
+def _follow(store: JobStore, job_id: str, controller: Controller | None) -> int:
+    console = Console(stderr=True)
+    with Live(console=console, refresh_per_second=2, transient=False) as live:
+        while True:
+            doc = _document(store, job_id)
+            waiting = controller.errors.get(job_id) if controller else None
+            if doc["state"] in ("PLACING", "RECOVERING") and not waiting:
+                waiting = store.job(job_id).message
+            live.update(live_table(doc, waiting))
+            if doc["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
+                break
+            time.sleep(0.5)
+    if controller is not None:  # let the controller finish its housekeeping (stop leftover nodes)
+        time.sleep(controller.tick_seconds * 2)
+    for line in summary_lines(_document(store, job_id)):
+        print(line)
+    return 0 if doc["state"] == "SUCCEEDED" else 1
+
+
+def _document(store: JobStore, job_id: str) -> dict[str, Any]:
+    job = store.job(job_id)
+    progress = read_progress(store.job_dir(job.id) / "progress.jsonl")
+    return job_document(job, store.segments(job.id), progress, store.summary(job.id))
+
+
+def run_list(args: argparse.Namespace) -> int:
+    store = JobStore()
+    docs = [_document(store, j.id) for j in store.list_jobs()]
+    if args.output == "json":
+        print(json.dumps(docs, indent=2))
+        return 0
+    table = Table("ID", "STATE", "ATTEMPTS", "PREEMPTIONS", "COST USD", "ON-DEMAND USD", "USER", "TEAM")
+    for d in docs:
+        table.add_row(d["id"], d["state"], str(d["attempts"]), str(d["preemptions"]), f"{d['cost_usd']:.4f}",
+                      f"{d['on_demand_equivalent_usd']:.4f}", d["user"], d["team"])  # fmt: skip
+    Console().print(table)
+    return 0
+
+
+def run_status(args: argparse.Namespace) -> int:
+    store = JobStore()
+    doc = _document(store, store.job(args.job).id)
+    if args.output == "json":
+        print(json.dumps(doc, indent=2))
+    else:
+        for line in summary_lines(doc):
+            print(line)
+    return 0
+
+
+def run_events(args: argparse.Namespace) -> int:
+    store = JobStore()
+    for e in store.events(store.job(args.job).id):
+        print(f"{e.time.isoformat(timespec='seconds')}  {e.kind:<18} {e.message}")
+    return 0
+
+
+def run_logs(args: argparse.Namespace) -> int:
+    store = JobStore()
+    job = store.job(args.job)
+    backend = make_backend(job.backend, store)
+    offsets: dict[str, int] = {}
+    while True:
+        for path in backend.log_paths(job.id):
+            with open(path, "rb") as fh:
+                fh.seek(offsets.get(str(path), 0))
+                data = fh.read()
+                offsets[str(path)] = fh.tell()
+            if data:
+                prefix = f"[{path.parent.parent.name}/{path.parent.name.rsplit('-', 1)[-1]}] "
+                for line in data.decode("utf-8", "replace").splitlines():
+                    print(prefix + line)
+        if not args.follow or store.job(job.id).status.terminal:
+            return 0
+        sys.stdout.flush()
+        time.sleep(1.0)
+
+
+def run_cancel(args: argparse.Namespace) -> int:
+    store = JobStore()
+    job = store.job(args.job)
+    if job.status.terminal:
+        print(f"job {job.id} already ended ({job.status})")
+        return 0
+    store.request_cancel(job.id, datetime.now(UTC))
+    lock = ControllerLock(store.home)
+    if lock.acquire():  # no controller running: apply the cancel ourselves
+        try:
+            Controller(store, make_backend(job.backend, store)).driver.tick(job.id)
+        finally:
+            lock.release()
+    print(f"cancel requested for {job.id}")
+    return 0
+
+
+def run_controller(args: argparse.Namespace) -> int:
+    store = JobStore()
+    lock = ControllerLock(store.home)
+    if not lock.acquire():
+        raise UserError(
+            f"another gpuctl controller is already running for {store.home}",
+            "stop it first, or use a different GPUCTL_HOME",
+        )
+    controller = Controller(store, make_backend(args.backend, store))
+    controller.start()
+    print(f"gpuctl controller running (home {store.home}, backend {args.backend})", flush=True)
+    try:
+        while True:
+            time.sleep(1.0)
+            if args.exit_when_idle and controller.idle.is_set():
+                time.sleep(controller.tick_seconds * 3)
+                if controller.idle.is_set():
+                    return 0
+    finally:
+        controller.stop()
+        lock.release()

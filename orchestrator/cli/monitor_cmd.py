@@ -1,0 +1,86 @@
+"""`gpuctl monitor` (the GPU monitor sidecar) and `gpuctl diagnose` (rules over its output)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from orchestrator.errors import UserError
+
+
+def register(sub: Any) -> None:
+    from orchestrator.monitor.app import add_monitor_arguments
+
+    monitor = sub.add_parser(
+        "monitor",
+        help="GPU monitor sidecar: NVML -> /metrics (dcgm-exporter names), window summaries, notices",
+    )
+    add_monitor_arguments(monitor)
+    monitor.set_defaults(run=run_monitor)
+
+    diagnose = sub.add_parser(
+        "diagnose", help="find input stalls, idle or oversized GPUs from monitor output"
+    )
+    diagnose.add_argument("--summaries", help="monitor window summary file (JSON lines)")
+    diagnose.add_argument("--progress", help="training progress file with data_s/compute_s per step")
+    diagnose.add_argument(
+        "--gpu-memory-gib", type=float, help="memory of the job's GPU (default: as sampled)"
+    )
+    diagnose.add_argument("--gpu-type", help="the job's GPU type (e.g. H100): suggests cheaper catalog GPUs")
+    diagnose.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    diagnose.set_defaults(run=run_diagnose)
+
+
+def run_monitor(args: argparse.Namespace) -> int:
+    from orchestrator.monitor.app import run_monitor as run
+
+    return run(args)
+
+
+def catalog_candidates(gpu_type: str) -> tuple[float, list[Any]]:
+    """(memory GiB of gpu_type, cheaper GPU types as diagnosis candidates) from the built-in catalog."""
+    from orchestrator.catalog.offers import MarketKind, builtin_offers
+    from orchestrator.monitor.diagnosis import GpuCandidate
+
+    cheapest: dict[str, tuple[float, float]] = {}
+    for offer in builtin_offers():
+        price = offer.price_per_gpu(MarketKind.ON_DEMAND)
+        if price is None:
+            continue
+        known = cheapest.get(offer.gpu_type)
+        if known is None or price < known[0]:
+            cheapest[offer.gpu_type] = (price, offer.gpu_memory_gib)
+    wanted = {name.lower(): name for name in cheapest}
+    if gpu_type.lower() not in wanted:
+        raise UserError(
+            f"GPU type '{gpu_type}' is not in the catalog", f"use one of: {', '.join(sorted(cheapest))}"
+        )
+    own_price, own_memory = cheapest[wanted[gpu_type.lower()]]
+    candidates = [
+        GpuCandidate(name, memory, price / own_price)
+        for name, (price, memory) in cheapest.items()
+        if name != wanted[gpu_type.lower()]
+    ]
+    return own_memory, candidates
+
+
+def run_diagnose(args: argparse.Namespace) -> int:
+    from orchestrator.monitor.diagnosis import diagnose_files
+
+    memory = args.gpu_memory_gib
+    candidates: list[Any] = []
+    if args.gpu_type:
+        catalog_memory, candidates = catalog_candidates(args.gpu_type)
+        memory = memory or catalog_memory
+    findings = diagnose_files(args.summaries, args.progress, memory, candidates)
+    if args.output == "json":
+        print(json.dumps([f.to_dict() for f in findings], indent=2))
+        return 0
+    if not findings:
+        print("no problems found")
+    for finding in findings:
+        print(f"[{finding.severity}] {finding.code}: {finding.message}")
+        print(f"    evidence: {json.dumps(finding.evidence)}")
+        print(f"    fix: {finding.fix}")
+    return 0

@@ -1,0 +1,78 @@
+"""What the reconcile step asks the driver to do. Plain data; the driver applies them in order."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from orchestrator.backends.base import Placement
+from orchestrator.state.status import FailureReason, JobStatus
+
+
+@dataclass(frozen=True)
+class Transition:
+    target: JobStatus
+    message: str
+    reason: FailureReason | None = None
+
+
+@dataclass(frozen=True)
+class StartAttempt:
+    """Open attempt N+1 on ``nodes`` nodes of ``placement`` and open its first segment."""
+
+    placement: Placement
+    nodes: int
+
+
+@dataclass(frozen=True)
+class StopNodes:
+    """Notice, wait up to ``grace_s``, kill. ``node_ids`` empty means every node of the attempt."""
+
+    node_ids: tuple[str, ...]
+    grace_s: float
+    reason: str
+
+
+@dataclass(frozen=True)
+class CloseSegment:
+    reason: str
+
+
+@dataclass(frozen=True)
+class OpenSegment:
+    """A new segment of the current attempt's placement on ``nodes`` nodes."""
+
+    nodes: int
+
+
+@dataclass(frozen=True)
+class MarkNodesEnded:
+    node_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class CountPreemption:
+    pass
+
+
+@dataclass(frozen=True)
+class CountRestart:
+    pass
+
+
+@dataclass(frozen=True)
+class RecordEvent:
+    kind: str
+    message: str
+
+
+Action = (
+    Transition
+    | StartAttempt
+    | StopNodes
+    | CloseSegment
+    | OpenSegment
+    | MarkNodesEnded
+    | CountPreemption
+    | CountRestart
+    | RecordEvent
+)

@@ -1,0 +1,198 @@
+"""The driver: gathers a :class:`JobView`, calls :func:`reconcile`, applies the actions.
+
+Crash safety comes from ordering. All state changes of one tick are written in one transaction
+*before* any side effect; nodes are written as ``intent`` first and launched after the commit.
+Every tick starts by finishing what a crash may have interrupted: intents are launched (the backend's
+launch is idempotent) and nodes the controller has ended but that still run are stopped. So killing
+the controller at any instant loses nothing and launches nothing twice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+from orchestrator.backends.base import Backend, LaunchRequest, Placement
+from orchestrator.catalog.offers import MarketKind
+from orchestrator.controller.actions import (
+    Action,
+    CloseSegment,
+    CountPreemption,
+    CountRestart,
+    MarkNodesEnded,
+    OpenSegment,
+    RecordEvent,
+    StartAttempt,
+    StopNodes,
+    Transition,
+)
+from orchestrator.controller.placement import placement_candidates
+from orchestrator.controller.reconcile import JobView, reconcile
+from orchestrator.spec import JobSpec, spec_from_json
+from orchestrator.state.records import JobRecord
+from orchestrator.state.store import JobStore, StoreWrites
+
+log = logging.getLogger(__name__)
+
+
+def placement_from_dict(data: dict[str, Any]) -> Placement:
+    return Placement(**{**data, "market": MarketKind(data["market"])})
+
+
+def placement_to_dict(placement: Placement) -> dict[str, Any]:
+    return {**dataclasses.asdict(placement), "market": placement.market.value}
+
+
+class Driver:
+    def __init__(self, store: JobStore, backend: Backend) -> None:
+        self.store = store
+        self.backend = backend
+        self._candidates: dict[str, tuple[Placement | None, Placement | None]] = {}
+
+    def tick(self, job_id: str, now: datetime | None = None) -> list[Action]:
+        """One reconcile round for one job. Returns the actions applied (for tests and logs)."""
+        now = now or datetime.now(UTC)
+        job = self.store.job(job_id)
+        spec = spec_from_json(job.spec_json)
+        self._finish_interrupted(job, spec, now)
+        view = self._view(job, spec, now)
+        actions = reconcile(view)
+        if actions:
+            self._apply(job, spec, view, actions, now)
+        return actions
+
+    # --- 0. finish what a crash interrupted, and the backend's own duties -----------------------
+    def _finish_interrupted(self, job: JobRecord, spec: JobSpec, now: datetime) -> None:
+        if job.attempts == 0:
+            return
+        nodes = self.store.nodes(job.id, job.attempts)
+        intents = [n.node_id for n in nodes if n.launch_state == "intent"]
+        if intents and not job.status.terminal:
+            self._launch(job, spec, job.attempts, intents)
+        ended = [n.node_id for n in nodes if n.launch_state == "ended"]
+        if ended:
+            self.backend.stop(job.id, job.attempts, ended, spec.checkpoint.notice_grace_seconds)
+        placement = self.store.attempt_placement(job.id, job.attempts)
+        spot = placement is not None and placement["market"] == MarketKind.SPOT.value
+        node_ids = [n.node_id for n in nodes]
+        self.backend.tick(job.id, job.attempts, node_ids, spot, spec.checkpoint.notice_grace_seconds, now)
+
+    # --- 1. what the reconcile step sees ---------------------------------------------------------
+    def _view(self, job: JobRecord, spec: JobSpec, now: datetime) -> JobView:
+        placement_data = self.store.attempt_placement(job.id, job.attempts) if job.attempts else None
+        placement = placement_from_dict(placement_data) if placement_data else None
+        all_nodes = self.store.nodes(job.id, job.attempts) if job.attempts else []
+        active_ids = [n.node_id for n in all_nodes if n.launch_state != "ended"]
+        observation = self.backend.observe(job.id, job.attempts, active_ids) if job.attempts else None
+        ended_ids = [n.node_id for n in all_nodes if n.launch_state == "ended"]
+        draining = bool(ended_ids) and any(
+            not n.phase.ended for n in self.backend.observe(job.id, job.attempts, ended_ids).nodes
+        )
+        segments = self.store.segments(job.id)
+        open_segments = [s for s in segments if s.ended_at is None]
+        progress = observation.progress if observation else None
+        fresh = bool(
+            progress and progress.time and open_segments and progress.time >= open_segments[-1].started_at
+        )
+        spot, on_demand = self._placement_candidates(job.id, spec)
+        zone = (placement or spot or on_demand or _nowhere()).zone
+        return JobView(
+            spec=spec,
+            status=job.status,
+            now=now,
+            submitted_at=job.submitted_at,
+            deadline=job.deadline,
+            attempt=job.attempts,
+            placement=placement,
+            nodes=observation.nodes if observation else (),
+            open_segment_nodes=open_segments[-1].nodes if open_segments else None,
+            progress=progress,
+            progress_fresh=fresh,
+            draining=draining,
+            preempted_in_attempt=any(n.notice_at is not None for n in all_nodes),
+            spot_capacity=self.backend.spot_capacity(job.id, zone, now),
+            spot=spot,
+            on_demand=on_demand,
+            cost_usd=sum(s.cost_usd(now) for s in segments),
+            restarts=job.restarts,
+            preemptions=job.preemptions,
+            cancel_requested=self.store.cancel_requested(job.id),
+        )
+
+    def _placement_candidates(self, job_id: str, spec: JobSpec) -> tuple[Placement | None, Placement | None]:
+        if job_id not in self._candidates:
+            note = " (simulated: local nodes priced as this instance)" if self.backend.name == "local" else ""
+            self._candidates[job_id] = placement_candidates(spec, note)
+        return self._candidates[job_id]
+
+    # --- 2. apply: state first, in one transaction; then side effects ----------------------------
+    def _apply(self, job: JobRecord, spec: JobSpec, view: JobView, actions: list[Action], now: datetime) -> None:
+        attempt = job.attempts
+        placement = view.placement
+        to_launch: list[str] = []
+        to_stop: list[tuple[tuple[str, ...], float]] = []
+        with self.store.transaction() as conn:
+            for action in actions:
+                if isinstance(action, Transition):
+                    self.store.transition(conn, job.id, action.target, now, action.message, action.reason)
+                elif isinstance(action, StartAttempt):
+                    placement = action.placement
+                    attempt = StoreWrites.start_attempt(conn, job.id, placement_to_dict(placement), now)
+                    to_launch = [f"{job.id}-a{attempt}-n{i}" for i in range(action.nodes)]
+                    StoreWrites.add_node_intents(conn, job.id, attempt, to_launch, now)
+                    StoreWrites.open_segment(conn, job.id, attempt, placement_to_dict(placement), action.nodes, now)
+                elif isinstance(action, OpenSegment):
+                    assert placement is not None, "a segment needs a placement"
+                    StoreWrites.open_segment(conn, job.id, attempt, placement_to_dict(placement), action.nodes, now)
+                elif isinstance(action, CloseSegment):
+                    StoreWrites.close_segment(conn, job.id, action.reason, now)
+                elif isinstance(action, MarkNodesEnded):
+                    StoreWrites.set_launch_state(conn, action.node_ids, "ended", now)
+                elif isinstance(action, StopNodes):
+                    ids = action.node_ids or tuple(n.node_id for n in view.nodes if not n.phase.ended)
+                    StoreWrites.set_launch_state(conn, ids, "ended", now)
+                    to_stop.append((ids, action.grace_s))
+                elif isinstance(action, CountPreemption):
+                    StoreWrites.increment(conn, job.id, "preemptions")
+                elif isinstance(action, CountRestart):
+                    StoreWrites.increment(conn, job.id, "restarts")
+                elif isinstance(action, RecordEvent):
+                    StoreWrites.event(conn, job.id, now, action.kind, action.message)
+        for ids, grace in to_stop:
+            self.backend.stop(job.id, attempt, ids, grace)
+        if to_launch:
+            self._launch(self.store.job(job.id), spec, attempt, to_launch)
+        if any(isinstance(a, Transition) and a.target.terminal for a in actions):
+            self._write_summary(job.id, view)
+
+    def _launch(self, job: JobRecord, spec: JobSpec, attempt: int, node_ids: list[str]) -> None:
+        data = self.store.attempt_placement(job.id, attempt)
+        assert data is not None
+        job_dir = self.store.job_dir(job.id)
+        request = LaunchRequest(
+            job_id=job.id,
+            attempt=attempt,
+            spec=spec,
+            placement=placement_from_dict(data),
+            node_ids=node_ids,
+            min_nodes=spec.resources.min_nodes,
+            max_nodes=spec.resources.max_nodes,
+            checkpoint_dir=spec.checkpoint.path or str(job_dir / "checkpoints"),
+            job_dir=job_dir,
+        )
+        self.backend.launch(request)
+        with self.store.transaction() as conn:
+            StoreWrites.set_launch_state(conn, node_ids, "launched", datetime.now(UTC))
+
+    def _write_summary(self, job_id: str, view: JobView) -> None:
+        progress = view.progress
+        summary: dict[str, Any] = {}
+        if progress is not None:
+            summary = {"step": progress.step, "loss": progress.loss, "metrics": dict(progress.metrics)}
+        self.store.set_summary(job_id, summary)
+
+
+def _nowhere() -> Placement:
+    return Placement("", MarketKind.ON_DEMAND, "", "", "", "", 0, 0.0, 0.0, "")

@@ -1,0 +1,226 @@
+"""The reconcile step: a pure function of the job's spec, what was observed, and the time.
+
+``reconcile(view) -> list[Action]`` reads as numbered steps with early returns. It performs no I/O:
+the driver gathers a :class:`JobView`, calls it, and applies the actions through the store and the
+backend. The same inputs always give the same actions, which is what the unit tests check.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from orchestrator.backends.base import NodeObservation, NodePhase, Placement, Progress
+from orchestrator.controller.actions import (
+    Action,
+    CloseSegment,
+    CountPreemption,
+    CountRestart,
+    MarkNodesEnded,
+    OpenSegment,
+    StartAttempt,
+    StopNodes,
+    Transition,
+)
+from orchestrator.controller.placement import MarketChoice, choose_market
+from orchestrator.spec import JobSpec
+from orchestrator.state.status import FailureReason, JobStatus
+
+S = JobStatus
+
+
+@dataclass(frozen=True)
+class JobView:
+    """Everything the reconcile step may look at, gathered by the driver."""
+
+    spec: JobSpec
+    status: JobStatus
+    now: datetime
+    submitted_at: datetime
+    deadline: datetime | None
+    attempt: int
+    placement: Placement | None
+    """Placement of the current attempt (None before the first)."""
+    nodes: tuple[NodeObservation, ...] = ()
+    """Nodes of the current attempt that have not been marked ended."""
+    open_segment_nodes: int | None = None
+    progress: Progress | None = None
+    progress_fresh: bool = False
+    """``progress`` was written after the current segment opened (the new world is training)."""
+    draining: bool = False
+    """Nodes the controller already ended are still running (saving their emergency checkpoint)."""
+    preempted_in_attempt: bool = False
+    """Some node of this attempt was reclaimed by the market (so other nodes' failures are collateral)."""
+    spot_capacity: int | None = None
+    """Spot nodes the market offers now in the candidate zone (None: no limit known)."""
+    spot: Placement | None = None
+    on_demand: Placement | None = None
+    cost_usd: float = 0.0
+    restarts: int = 0
+    preemptions: int = 0
+    cancel_requested: bool = False
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+def reconcile(view: JobView) -> list[Action]:
+    spec = view.spec
+    # 1. Terminal jobs need nothing.
+    if view.status.terminal:
+        return []
+    # 2. Cancel wins over everything else.
+    if view.cancel_requested:
+        return [
+            StopNodes((), spec.checkpoint.notice_grace_seconds, "cancelled"),
+            *_close(view, "cancelled"),
+            Transition(S.CANCELLED, "cancelled by the user"),
+        ]
+    # 3. A new job starts placing.
+    if view.status is S.PENDING:
+        return [Transition(S.PLACING, "choosing GPU type, market and zone")]
+    # 4. After a preemption, recover.
+    if view.status is S.PREEMPTED:
+        return [Transition(S.RECOVERING, "resuming from the newest checkpoint on a new placement")]
+    # 5. Placing (first time, after a loss, or to grow): wait for old nodes to save, then pick a market.
+    if view.status in (S.PLACING, S.RECOVERING) or (view.status is S.RESCALING and not view.nodes):
+        return [] if view.draining else _place(view)
+    # 6. Running: react to what the nodes did.
+    return _follow(view)
+
+
+def _place(view: JobView) -> list[Action]:
+    spec = view.spec
+    if view.deadline is not None and view.now >= view.deadline:
+        return [Transition(S.FAILED, "the deadline passed before the job could finish", FailureReason.DEADLINE_IMPOSSIBLE)]
+    budget = spec.goals.budget_usd
+    if budget is not None and view.cost_usd >= budget:
+        return [Transition(S.FAILED, f"spent {view.cost_usd:.2f} of a {budget:.2f} USD budget", FailureReason.OVER_BUDGET)]
+    choice = choose_market(view.spec, view.spot, view.on_demand, view.spot_capacity, view.now, view.deadline, view.progress)
+    if isinstance(choice, str):
+        if choice.startswith("fail:"):
+            return [Transition(S.FAILED, choice.removeprefix("fail:"), FailureReason.NO_CAPACITY)]
+        if view.status in (S.PLACING, S.RESCALING) and view.attempt > 0:
+            return [Transition(S.RECOVERING, choice)]
+        return []  # keep waiting; the driver shows the reason
+    return _launch(view, choice)
+
+
+def _launch(view: JobView, choice: MarketChoice) -> list[Action]:
+    spec = view.spec
+    cap = spec.market.max_hourly_usd
+    hourly = choice.placement.node_price_usd_per_hour * choice.nodes
+    if cap is not None and hourly > cap:
+        return [
+            Transition(
+                S.FAILED,
+                f"the cheapest placement costs {hourly:.2f} USD/h, above max_hourly_usd {cap:.2f}; "
+                "raise market.max_hourly_usd or allow other GPU types",
+                FailureReason.OVER_BUDGET,
+            )
+        ]
+    return [
+        Transition(S.LAUNCHING, f"{choice.nodes} x {choice.placement.gpu_type} {choice.placement.market} "
+                   f"in {choice.placement.zone}: {choice.why}"),
+        StartAttempt(choice.placement, choice.nodes),
+    ]  # fmt: skip
+
+
+def _follow(view: JobView) -> list[Action]:
+    spec = view.spec
+    nodes = view.nodes
+    grace = spec.checkpoint.notice_grace_seconds
+    ended = [n for n in nodes if n.phase.ended]
+    alive = [n for n in nodes if not n.phase.ended]
+    succeeded = [n for n in nodes if n.phase is NodePhase.SUCCEEDED]
+    reclaimed = [n for n in ended if n.phase in (NodePhase.PREEMPTED, NodePhase.LOST) and n.notice_at is not None]
+    lost_silently = [n for n in ended if n.phase is NodePhase.LOST and n.notice_at is None]
+    failed = [n for n in ended if n.phase is NodePhase.FAILED]
+    finished = view.progress is not None and view.progress.finished
+
+    # 6a. Success: every node exited 0 (an elastic survivor may finish alone).
+    if nodes and succeeded and not alive and (len(succeeded) == len(nodes) or finished):
+        return [*_close(view, "finished"), MarkNodesEnded(_ids(ended)), Transition(S.SUCCEEDED, "training finished")]
+
+    # 6b. Budget: stop with a checkpoint once the money is spent.
+    budget = spec.goals.budget_usd
+    if budget is not None and view.cost_usd >= budget:
+        return [
+            StopNodes((), grace, "over budget"),
+            *_close(view, "over budget"),
+            MarkNodesEnded(_ids(nodes)),
+            Transition(S.FAILED, f"spent {view.cost_usd:.2f} of a {budget:.2f} USD budget", FailureReason.OVER_BUDGET),
+        ]
+
+    # 6c. The market took nodes (or nodes vanished): rescale or recover.
+    gone = reclaimed + lost_silently
+    if gone or (failed and view.preempted_in_attempt):
+        if spec.resources.elastic and spec.policies.rescale and len(alive) >= spec.resources.min_nodes:
+            return [
+                CountPreemption(),
+                *_close(view, "node lost"),
+                MarkNodesEnded(_ids(ended)),
+                OpenSegment(len(alive)),
+                Transition(S.RESCALING, f"lost {len(ended)} node(s); continuing on {len(alive)}"),
+            ]
+        return [
+            CountPreemption(),
+            StopNodes(_ids(alive), grace, "attempt preempted"),
+            *_close(view, "preempted"),
+            MarkNodesEnded(_ids(nodes)),
+            Transition(S.PREEMPTED, f"{len(gone) or len(failed)} node(s) reclaimed by the market"),
+        ]
+
+    # 6d. The training command failed on its own: retry within max_restarts.
+    if failed:
+        codes = sorted({n.exit_code for n in failed if n.exit_code is not None})
+        retry_codes = spec.recovery.retry_exit_codes
+        retryable = not retry_codes or any(c in retry_codes for c in codes)
+        common = [StopNodes(_ids(alive), 0.0, "a node failed"), *_close(view, "failed"), MarkNodesEnded(_ids(nodes))]
+        if not retryable:
+            return [*common, Transition(S.FAILED, f"training exited with {codes}", FailureReason.USER_CODE_ERROR)]
+        if view.restarts >= spec.recovery.max_restarts:
+            return [
+                *common,
+                Transition(S.FAILED, f"training failed {view.restarts + 1} times (exit codes {codes}); "
+                           "see `gpuctl logs JOB`", FailureReason.TOO_MANY_RESTARTS),
+            ]  # fmt: skip
+        return [*common, CountRestart(), Transition(S.RECOVERING, f"training exited with {codes}; restarting")]
+
+    # 6e. Elastic growth: capacity came back. Every node saves a checkpoint and exits, then step 5
+    #     relaunches on more nodes (re-rendezvous of a growing torchrun world proved unreliable).
+    if not succeeded and not finished and _growth(view, len(alive)) > 0:
+        return [
+            StopNodes(_ids(alive), grace, "growing"),
+            *_close(view, "rescaled"),
+            MarkNodesEnded(_ids(nodes)),
+            Transition(S.RESCALING, f"capacity returned; restarting on up to {spec.resources.max_nodes} node(s) "
+                       "from a checkpoint"),
+        ]  # fmt: skip
+
+    # 6f. Training is under way.
+    if view.status in (S.LAUNCHING, S.RESCALING) and view.progress is not None and view.progress_fresh:
+        return [Transition(S.RUNNING, f"training at step {view.progress.step} on {len(alive)} node(s)")]
+    return []
+
+
+def _growth(view: JobView, alive: int) -> int:
+    spec = view.spec
+    placement = view.placement
+    if placement is None or not (spec.resources.elastic and spec.policies.rescale):
+        return 0
+    room = spec.resources.max_nodes - alive
+    if room <= 0:
+        return 0
+    if placement.market.value == "on-demand" or view.spot_capacity is None:
+        return room
+    return max(0, min(room, view.spot_capacity - alive))
+
+
+def _close(view: JobView, reason: str) -> list[Action]:
+    return [CloseSegment(reason)] if view.open_segment_nodes is not None else []
+
+
+def _ids(nodes: list[NodeObservation] | tuple[NodeObservation, ...]) -> tuple[str, ...]:
+    return tuple(n.node_id for n in nodes)
+
+
+__all__ = ["JobView", "reconcile"]

@@ -1,0 +1,108 @@
+"""What a report reads: job and segment records from a ledger source, plus optional monitor data.
+
+A ledger source is anything with the job store's two read methods (see :class:`LedgerSource`).
+``gpuctl cost report --input FILE`` reads the same records from a JSON export instead.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, fields
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from orchestrator.costs.ledger import LostWork
+from orchestrator.errors import NotFoundError, UserError
+from orchestrator.state.records import JobRecord, SegmentRecord
+from orchestrator.state.status import FailureReason, JobStatus
+
+
+class LedgerSource(Protocol):
+    def list_jobs(self) -> Sequence[JobRecord]: ...
+
+    def segments(
+        self, job_id: str | None = None, since: datetime | None = None
+    ) -> Sequence[SegmentRecord]: ...
+
+
+@dataclass(frozen=True)
+class ReportInputs:
+    jobs: list[JobRecord]
+    segments: list[SegmentRecord]
+    idle: dict[str, float] | None = None
+    lost: dict[str, LostWork] = field(default_factory=dict)
+
+
+def read_ledger(source: LedgerSource, since: datetime | None = None) -> ReportInputs:
+    """Jobs and the segments that may overlap ``since``..now (the store filters by end time).
+
+    A source that also has ``idle_gpu_hours() -> Mapping[job_id, float]`` (monitor window
+    summaries) supplies idle time and efficiency.
+    """
+    idle_reader = getattr(source, "idle_gpu_hours", None)
+    idle = {str(k): float(v) for k, v in idle_reader().items()} if callable(idle_reader) else None
+    return ReportInputs(jobs=list(source.list_jobs()), segments=list(source.segments(since=since)), idle=idle)
+
+
+def _encode(value: Any) -> Any:
+    return value.isoformat() if isinstance(value, datetime) else value
+
+
+def inputs_to_json(inputs: ReportInputs) -> str:
+    """A JSON export of report inputs, readable by :func:`inputs_from_json`."""
+    return json.dumps(
+        {
+            "jobs": [{k: _encode(v) for k, v in asdict(j).items()} for j in inputs.jobs],
+            "segments": [{k: _encode(v) for k, v in asdict(s).items()} for s in inputs.segments],
+            "idle_gpu_hours": inputs.idle,
+            "lost_work": {k: asdict(v) for k, v in inputs.lost.items()},
+        }
+    )
+
+
+def _time(value: Any) -> datetime | None:
+    return None if value is None else datetime.fromisoformat(str(value))
+
+
+def _job(row: dict[str, Any]) -> JobRecord:
+    names = {f.name for f in fields(JobRecord)}
+    data = {k: v for k, v in row.items() if k in names}
+    data["status"] = JobStatus(data["status"])
+    data["failure_reason"] = FailureReason(data["failure_reason"]) if data.get("failure_reason") else None
+    for key in ("submitted_at", "deadline", "updated_at"):
+        data[key] = _time(data.get(key))
+    return JobRecord(**data)
+
+
+def _segment(row: dict[str, Any]) -> SegmentRecord:
+    names = {f.name for f in fields(SegmentRecord)}
+    data = {k: v for k, v in row.items() if k in names}
+    data["started_at"] = _time(data["started_at"])
+    data["ended_at"] = _time(data.get("ended_at"))
+    return SegmentRecord(**data)
+
+
+def inputs_from_json(text: str, source: str = "ledger export") -> ReportInputs:
+    try:
+        doc = json.loads(text)
+        idle = doc.get("idle_gpu_hours")
+        return ReportInputs(
+            jobs=[_job(r) for r in doc.get("jobs", [])],
+            segments=[_segment(r) for r in doc.get("segments", [])],
+            idle={str(k): float(v) for k, v in idle.items()} if idle is not None else None,
+            lost={str(k): LostWork(**v) for k, v in (doc.get("lost_work") or {}).items()},
+        )
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise UserError(
+            f"{source}: not a gpuctl ledger export ({type(exc).__name__}: {exc})",
+            "give a file written by gpuctl (keys: jobs, segments, idle_gpu_hours, lost_work)",
+        ) from exc
+
+
+def read_inputs_file(path: Path | str) -> ReportInputs:
+    p = Path(path)
+    if not p.is_file():
+        raise NotFoundError(f"ledger export {p} does not exist", "check the path given to --input")
+    return inputs_from_json(p.read_text(encoding="utf-8"), str(p))

@@ -1,0 +1,209 @@
+"""Ledger arithmetic: what each job cost, what on-demand would have cost, idle waste and lost work.
+
+All functions work on plain sequences of :class:`JobRecord` and :class:`SegmentRecord`, so they do
+not depend on how the records are stored. Times are clipped to an optional window; open segments
+run until ``now``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from orchestrator.errors import UserError
+from orchestrator.state.records import JobRecord, SegmentRecord
+
+
+@dataclass(frozen=True)
+class Window:
+    """A half-open time range ``[start, end)``."""
+
+    start: datetime
+    end: datetime
+
+    def __post_init__(self) -> None:
+        if self.end <= self.start:
+            raise UserError(
+                f"the report window ends ({self.end.isoformat()}) "
+                f"before it starts ({self.start.isoformat()})",
+                "give the window as START,END with START before END",
+            )
+
+
+@dataclass(frozen=True)
+class LostWork:
+    """Work recomputed after preemptions: steps redone and how long one step took.
+
+    Give ``gpu_hours`` directly, or ``steps`` with ``seconds_per_step`` (wall time of one step on the
+    whole job); the GPU-hours are then steps × seconds_per_step / 3600 × the job's mean GPU count.
+    """
+
+    steps: int = 0
+    seconds_per_step: float | None = None
+    gpu_hours: float | None = None
+
+
+def clipped_hours(seg: SegmentRecord, now: datetime, window: Window | None = None) -> float:
+    """Wall hours of ``seg`` inside ``window`` (all of it when no window); open segments end at ``now``."""
+    start, end = seg.started_at, seg.ended_at or now
+    if window is not None:
+        start, end = max(start, window.start), min(end, window.end)
+    return max(0.0, (end - start).total_seconds() / 3600.0)
+
+
+@dataclass(frozen=True)
+class SegmentCost:
+    """One segment's share of the ledger inside a window."""
+
+    segment: SegmentRecord
+    hours: float
+    gpu_hours: float
+    cost_usd: float
+    on_demand_usd: float
+
+
+def segment_cost(seg: SegmentRecord, now: datetime, window: Window | None = None) -> SegmentCost:
+    hours = clipped_hours(seg, now, window)
+    return SegmentCost(
+        segment=seg,
+        hours=hours,
+        gpu_hours=hours * seg.gpus,
+        cost_usd=hours * seg.nodes * seg.node_price_usd_per_hour,
+        on_demand_usd=hours * seg.nodes * seg.on_demand_node_price_usd_per_hour,
+    )
+
+
+@dataclass(frozen=True)
+class JobCost:
+    """The ledger of one job. ``idle_*`` and ``gpu_efficiency`` are ``None`` without monitor data."""
+
+    job_id: str
+    name: str
+    user: str
+    team: str
+    gpu_types: tuple[str, ...]
+    markets: tuple[str, ...]
+    segments: int
+    preemptions: int
+    gpu_hours: float
+    cost_usd: float
+    on_demand_usd: float
+    idle_gpu_hours: float | None
+    lost_steps: int
+    lost_gpu_hours: float
+    lost_cost_usd: float
+    parts: tuple[SegmentCost, ...] = field(default=(), repr=False, compare=False)
+    """The job's segments clipped to the window, in the order given."""
+
+    @property
+    def savings_usd(self) -> float:
+        return self.on_demand_usd - self.cost_usd
+
+    @property
+    def usd_per_gpu_hour(self) -> float:
+        return self.cost_usd / self.gpu_hours if self.gpu_hours > 0 else 0.0
+
+    @property
+    def idle_cost_usd(self) -> float | None:
+        return None if self.idle_gpu_hours is None else self.idle_gpu_hours * self.usd_per_gpu_hour
+
+    @property
+    def gpu_efficiency(self) -> float | None:
+        """Busy share of the GPU-hours paid for (OpenCost's ``gpuEfficiency``)."""
+        if self.idle_gpu_hours is None or self.gpu_hours <= 0:
+            return None
+        return max(0.0, 1.0 - self.idle_gpu_hours / self.gpu_hours)
+
+
+def _lost_gpu_hours(lost: LostWork, gpu_hours: float, wall_hours: float) -> float:
+    if lost.gpu_hours is not None:
+        return lost.gpu_hours
+    if lost.steps and lost.seconds_per_step is None:
+        raise UserError(
+            f"lost work of {lost.steps} steps has no seconds_per_step",
+            "give seconds_per_step or the lost GPU-hours directly",
+        )
+    mean_gpus = gpu_hours / wall_hours if wall_hours > 0 else 0.0
+    return lost.steps * (lost.seconds_per_step or 0.0) / 3600.0 * mean_gpus
+
+
+def unknown_job(job_id: str) -> JobRecord:
+    """A stand-in record for segments whose job record is missing (so their cost is never dropped)."""
+    from orchestrator.state.status import JobStatus
+
+    epoch = datetime.fromtimestamp(0).astimezone()
+    return JobRecord(
+        id=job_id,
+        name=job_id,
+        user="unknown",
+        team="unknown",
+        backend="unknown",
+        status=JobStatus.PENDING,
+        failure_reason=None,
+        message="job record missing",
+        spec_json="{}",
+        submitted_at=epoch,
+        deadline=None,
+        updated_at=epoch,
+        attempts=0,
+        preemptions=0,
+        restarts=0,
+    )
+
+
+def job_costs(
+    jobs: Iterable[JobRecord],
+    segments: Iterable[SegmentRecord],
+    now: datetime,
+    window: Window | None = None,
+    idle: Mapping[str, float] | None = None,
+    lost: Mapping[str, LostWork] | None = None,
+) -> list[JobCost]:
+    """The ledger of every job with GPU time inside ``window``, in the order jobs were given.
+
+    ``idle`` maps job id to idle GPU-hours (from monitor window summaries); ``lost`` maps job id to
+    the work it recomputed after preemptions.
+    """
+    by_job: dict[str, list[SegmentCost]] = defaultdict(list)
+    for seg in segments:
+        sc = segment_cost(seg, now, window)
+        if sc.hours > 0:
+            by_job[seg.job_id].append(sc)
+    records = {j.id: j for j in jobs}
+    order = [jid for jid in records if jid in by_job] + sorted(set(by_job) - set(records))
+    out: list[JobCost] = []
+    for jid in order:
+        job = records.get(jid) or unknown_job(jid)
+        parts = by_job[jid]
+        gpu_hours = sum(p.gpu_hours for p in parts)
+        cost = sum(p.cost_usd for p in parts)
+        wall_hours = sum(p.hours for p in parts)
+        work = (lost or {}).get(jid, LostWork())
+        lost_gh = _lost_gpu_hours(work, gpu_hours, wall_hours)
+        out.append(
+            JobCost(
+                job_id=jid,
+                name=job.name,
+                user=job.user,
+                team=job.team,
+                gpu_types=tuple(sorted({p.segment.gpu_type for p in parts})),
+                markets=tuple(sorted({p.segment.market for p in parts})),
+                segments=len(parts),
+                preemptions=job.preemptions,
+                gpu_hours=gpu_hours,
+                cost_usd=cost,
+                on_demand_usd=sum(p.on_demand_usd for p in parts),
+                idle_gpu_hours=None if idle is None or jid not in idle else float(idle[jid]),
+                lost_steps=work.steps,
+                lost_gpu_hours=lost_gh,
+                lost_cost_usd=lost_gh * (cost / gpu_hours if gpu_hours > 0 else 0.0),
+                parts=tuple(parts),
+            )
+        )
+    return out
+
+
+def total_cost(segments: Sequence[SegmentRecord], now: datetime, window: Window | None = None) -> float:
+    return sum(segment_cost(s, now, window).cost_usd for s in segments)

@@ -1,0 +1,155 @@
+"""Report outputs: a rich table, CSV and JSON with the same rows and totals.
+
+JSON and CSV field names follow OpenCost's allocation API where they overlap (``gpuHours``,
+``gpuCost``, ``totalCost``, ``gpuEfficiency``, ``window``). gpuctl prices whole nodes, so
+``gpuCost`` and ``totalCost`` are the same number.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from datetime import UTC
+from typing import Any
+
+from rich.table import Table
+
+from orchestrator.costs.report import SUMMED, Report, ReportRow
+
+COLUMNS = [
+    "name",
+    "jobs",
+    "gpuHours",
+    "gpuCost",
+    "totalCost",
+    "onDemandCost",
+    "savings",
+    "idleGpuHours",
+    "idleCost",
+    "gpuEfficiency",
+    "lostGpuHours",
+    "lostCost",
+]
+
+
+def row_fields(row: ReportRow) -> dict[str, Any]:
+    measured = row.measured_gpu_hours > 0
+    return {
+        "name": row.name,
+        "jobs": row.jobs,
+        "gpuHours": row.gpu_hours,
+        "gpuCost": row.cost_usd,
+        "totalCost": row.cost_usd,
+        "onDemandCost": row.on_demand_usd,
+        "savings": row.savings_usd,
+        "idleGpuHours": row.idle_gpu_hours if measured else None,
+        "idleCost": row.idle_cost_usd if measured else None,
+        "gpuEfficiency": row.gpu_efficiency,
+        "lostGpuHours": row.lost_gpu_hours,
+        "lostCost": row.lost_cost_usd,
+    }
+
+
+def to_json(report: Report) -> str:
+    doc = {
+        "window": {"start": report.window.start.isoformat(), "end": report.window.end.isoformat()},
+        "aggregate": report.by.value,
+        "generatedAt": report.generated_at.isoformat(),
+        "currency": "USD",
+        "rows": [row_fields(r) for r in report.rows],
+        "totals": row_fields(report.totals),
+        "notes": report.notes,
+    }
+    return json.dumps(doc, indent=2)
+
+
+def _csv_value(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.6f}"
+    return str(value)
+
+
+def to_csv(report: Report) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow([report.by.value if c == "name" else c for c in COLUMNS])
+    for row in [*report.rows, report.totals]:
+        fields = row_fields(row)
+        writer.writerow([_csv_value(fields[c]) for c in COLUMNS])
+    return out.getvalue()
+
+
+def _usd(x: float | None) -> str:
+    return "-" if x is None else f"${x:,.2f}"
+
+
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:,.2f}"
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.0f}%"
+
+
+def table_cells(row: ReportRow) -> list[str]:
+    f = row_fields(row)
+    return [
+        row.name,
+        str(row.jobs),
+        _num(f["gpuHours"]),
+        _usd(f["totalCost"]),
+        _usd(f["onDemandCost"]),
+        _usd(f["savings"]),
+        _num(f["idleGpuHours"]),
+        _usd(f["idleCost"]),
+        _pct(f["gpuEfficiency"]),
+        _num(f["lostGpuHours"]),
+        _usd(f["lostCost"]),
+    ]
+
+
+TABLE_HEADERS = [
+    "",
+    "Jobs",
+    "GPU-h",
+    "Cost",
+    "On-demand",
+    "Saved",
+    "Idle GPU-h",
+    "Idle cost",
+    "Efficiency",
+    "Lost GPU-h",
+    "Lost cost",
+]
+
+
+TABLE_ROWS = 50
+"""Rows a terminal table shows; the rest are summed into one line (CSV, JSON and HTML list all)."""
+
+
+def to_table(report: Report, limit: int | None = TABLE_ROWS) -> Table:
+    start = report.window.start.astimezone(UTC).strftime("%Y-%m-%d %H:%M")
+    end = report.window.end.astimezone(UTC).strftime("%Y-%m-%d %H:%M")
+    table = Table(title=f"GPU cost by {report.by.value}, {start} to {end} UTC", show_footer=True)
+    totals = table_cells(report.totals)
+    headers = [*TABLE_HEADERS]
+    headers[0] = report.by.value
+    for i, header in enumerate(headers):
+        table.add_column(header, footer=totals[i], justify="left" if i == 0 else "right")
+    shown = report.rows if limit is None or len(report.rows) <= limit else report.rows[:limit]
+    for row in shown:
+        table.add_row(*table_cells(row))
+    rest = report.rows[len(shown) :]
+    if rest:
+        other = ReportRow(f"({len(rest)} more)")
+        for row in rest:
+            other.jobs += row.jobs
+            for name in SUMMED:
+                setattr(other, name, getattr(other, name) + getattr(row, name))
+        table.add_row(*table_cells(other), style="dim")
+    if report.notes:
+        table.caption = "; ".join(report.notes)
+    return table

@@ -1,0 +1,297 @@
+"""Diagnosis rules over window summaries and per-step timings. Pure: no I/O except `diagnose_files`.
+
+Thresholds come from sources people trust:
+- PyTorch profiler recommendations: data loading over 5 % of step time, GPU utilization under 50 %,
+  memory over 90 % of capacity;
+- DCGM guidance: SM activity under 0.5 means the GPU is used ineffectively;
+- idle GPU time: over 10 % of GPU-seconds with utilization 0.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestrator.errors import NotFoundError, UserError
+from orchestrator.monitor.summary import read_summaries
+
+GIB = 2**30
+
+
+def pct(fraction: float) -> str:
+    """0.38 -> '38 %'."""
+    return f"{fraction * 100:.0f} %"
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    input_bound_fraction: float = 0.05
+    low_util_pct: float = 50.0
+    high_memory_fraction: float = 0.90
+    low_sm_activity: float = 0.5
+    idle_fraction: float = 0.10
+    oversized_memory_fraction: float = 0.5
+    memory_headroom: float = 1.2  # a smaller GPU must hold peak memory times this
+    throttled_fraction: float = 0.2
+    skip_first_steps: int = 1  # warm-up steps (compilation, first batch) are not typical
+
+
+@dataclass(frozen=True)
+class GpuCandidate:
+    """A GPU type the job could move to; ``relative_price`` per GPU-hour, the current GPU being 1.0."""
+
+    gpu_type: str
+    memory_gib: float
+    relative_price: float
+
+
+@dataclass(frozen=True)
+class Finding:
+    code: str
+    severity: str  # "info", "warning" or "critical"
+    message: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+    fix: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class StepTiming:
+    data_s: float
+    compute_s: float
+
+
+@dataclass(frozen=True)
+class UsageSummary:
+    """The windows of a job folded together, GPU-time weighted."""
+
+    seconds: float
+    gpus: int
+    util_mean_pct: float
+    util_p95_pct: float
+    mem_max_bytes: int
+    mem_total_bytes: int
+    idle_seconds: float
+    sm_activity_mean: float | None
+    throttled_fraction: float
+
+
+def combine_windows(windows: Sequence[dict[str, Any]]) -> UsageSummary | None:
+    """Fold window summaries: means weighted by samples, maxima over all, idle summed."""
+    windows = [w for w in windows if w.get("gpus")]
+    if not windows:
+        return None
+    weights = [max(float(w.get("duration_s") or 0.0), 1.0) for w in windows]
+    total = sum(weights)
+
+    def weighted(key: str) -> float:
+        return sum(float(w[key]) * k for w, k in zip(windows, weights, strict=True)) / total
+
+    with_sm = [(w, k) for w, k in zip(windows, weights, strict=True) if w.get("sm_activity_mean") is not None]
+    sm = (
+        sum(float(w["sm_activity_mean"]) * k for w, k in with_sm) / sum(k for _, k in with_sm)
+        if with_sm
+        else None
+    )
+    return UsageSummary(
+        seconds=sum(float(w.get("duration_s") or 0.0) for w in windows),
+        gpus=max(int(w["gpus"]) for w in windows),
+        util_mean_pct=weighted("util_mean_pct"),
+        util_p95_pct=max(float(w["util_p95_pct"]) for w in windows),
+        mem_max_bytes=max(int(w["mem_used_max_bytes"]) for w in windows),
+        mem_total_bytes=max(int(w["mem_total_bytes"]) for w in windows),
+        idle_seconds=sum(float(w.get("idle_seconds", 0.0)) for w in windows),
+        sm_activity_mean=sm,
+        throttled_fraction=weighted("throttled_fraction")
+        if all("throttled_fraction" in w for w in windows)
+        else 0.0,
+    )
+
+
+def diagnose_steps(steps: Sequence[StepTiming], t: Thresholds = Thresholds()) -> list[Finding]:
+    usable = list(steps[t.skip_first_steps :]) if len(steps) > t.skip_first_steps else list(steps)
+    data = sum(s.data_s for s in usable)
+    total = data + sum(s.compute_s for s in usable)
+    if not usable or total <= 0:
+        return []
+    fraction = data / total
+    if fraction <= t.input_bound_fraction:
+        return []
+    severity = "critical" if fraction >= 0.25 else "warning"
+    return [
+        Finding(
+            "input-bound",
+            severity,
+            f"input-bound: {pct(fraction)} of step time waiting for data "
+            f"(over {pct(t.input_bound_fraction)})",
+            {
+                "data_fraction": round(fraction, 4),
+                "steps": len(usable),
+                "data_s": round(data, 3),
+                "step_s": round(total, 3),
+            },
+            "raise DataLoader num_workers, enable pin_memory and persistent_workers, prefetch, "
+            "or move decoding/augmentation off the training loop",
+        )
+    ]
+
+
+def diagnose_usage(
+    usage: UsageSummary,
+    t: Thresholds = Thresholds(),
+    gpu_memory_gib: float | None = None,
+    candidates: Iterable[GpuCandidate] = (),
+) -> list[Finding]:
+    findings: list[Finding] = []
+    total_bytes = gpu_memory_gib * GIB if gpu_memory_gib else float(usage.mem_total_bytes)
+    mem_fraction = usage.mem_max_bytes / total_bytes if total_bytes > 0 else 0.0
+    total_gib = total_bytes / GIB
+    if usage.util_mean_pct < t.low_util_pct:
+        findings.append(
+            Finding(
+                "low-utilization",
+                "warning",
+                f"GPU utilization averaged {usage.util_mean_pct:.0f} % (under {t.low_util_pct:.0f} %)",
+                {"util_mean_pct": round(usage.util_mean_pct, 1), "util_p95_pct": usage.util_p95_pct},
+                "check for input stalls, host-side work or synchronization in the step; raise the batch size",
+            )
+        )
+    if mem_fraction > t.high_memory_fraction:
+        findings.append(
+            Finding(
+                "memory-pressure",
+                "warning",
+                f"peak memory {pct(mem_fraction)} of {total_gib:.0f} GiB "
+                f"(over {pct(t.high_memory_fraction)}): close to out-of-memory",
+                {"mem_max_gib": round(usage.mem_max_bytes / GIB, 2), "mem_total_gib": round(total_gib, 2)},
+                "lower the per-GPU batch (keep the global batch with gradient accumulation), use activation "
+                "checkpointing or mixed precision",
+            )
+        )
+    if usage.sm_activity_mean is not None and usage.sm_activity_mean < t.low_sm_activity:
+        findings.append(
+            Finding(
+                "low-sm-activity",
+                "warning",
+                f"SM activity averaged {usage.sm_activity_mean:.2f} (under {t.low_sm_activity}): "
+                "the GPU is used ineffectively",
+                {"sm_activity_mean": round(usage.sm_activity_mean, 3)},
+                "use larger batches or fused kernels (torch.compile), and avoid many small kernel launches",
+            )
+        )
+    gpu_seconds = usage.seconds * usage.gpus
+    if gpu_seconds > 0 and usage.idle_seconds / gpu_seconds > t.idle_fraction:
+        idle = usage.idle_seconds / gpu_seconds
+        findings.append(
+            Finding(
+                "idle-gpu",
+                "critical" if idle >= 0.5 else "warning",
+                f"GPUs idle {pct(idle)} of the time "
+                f"({usage.idle_seconds:.0f} of {gpu_seconds:.0f} GPU-seconds)",
+                {"idle_fraction": round(idle, 4), "idle_gpu_seconds": round(usage.idle_seconds, 1)},
+                "use fewer GPUs, make sure every rank gets work, "
+                "or stop the job when it waits on something else",
+            )
+        )
+    if usage.throttled_fraction > t.throttled_fraction:
+        findings.append(
+            Finding(
+                "clock-throttled",
+                "warning",
+                f"clocks slowed by power or thermal limits in {pct(usage.throttled_fraction)} of samples",
+                {"throttled_fraction": round(usage.throttled_fraction, 4)},
+                "check cooling and power capping on the host; report the node to the provider if it persists",
+            )
+        )
+    if mem_fraction < t.oversized_memory_fraction and usage.util_mean_pct < t.low_util_pct and total_gib > 0:
+        findings.append(_oversized(usage, mem_fraction, total_gib, t, candidates))
+    return findings
+
+
+def _oversized(
+    usage: UsageSummary,
+    mem_fraction: float,
+    total_gib: float,
+    t: Thresholds,
+    candidates: Iterable[GpuCandidate],
+) -> Finding:
+    need_gib = usage.mem_max_bytes / GIB * t.memory_headroom
+    fits = sorted(
+        (
+            c
+            for c in candidates
+            if c.memory_gib >= need_gib and c.memory_gib < total_gib and c.relative_price < 1.0
+        ),
+        key=lambda c: (c.relative_price, c.memory_gib),
+    )
+    names = "/".join(c.gpu_type for c in fits[:3])
+    head = f"memory {pct(mem_fraction)} of {total_gib:.0f} GiB and utilization {usage.util_mean_pct:.0f} %"
+    evidence: dict[str, Any] = {
+        "mem_max_gib": round(usage.mem_max_bytes / GIB, 2),
+        "mem_total_gib": round(total_gib, 2),
+        "util_mean_pct": round(usage.util_mean_pct, 1),
+        "needed_gib_with_headroom": round(need_gib, 2),
+    }
+    if fits:
+        evidence["candidates"] = [asdict(c) for c in fits[:3]]
+        message = f"{head}: a smaller GPU ({names}) would do"
+        fix = f"move to {fits[0].gpu_type} (~{1 - fits[0].relative_price:.0%} cheaper per GPU-hour)"
+    else:
+        message = f"{head}: a smaller GPU with at least {need_gib:.0f} GiB would do"
+        fix = f"choose a GPU type with >= {need_gib:.0f} GiB memory, or set right-size to recommend"
+    return Finding("oversized-gpu", "info", message, evidence, fix)
+
+
+def diagnose(
+    windows: Sequence[dict[str, Any]] = (),
+    steps: Sequence[StepTiming] = (),
+    gpu_memory_gib: float | None = None,
+    candidates: Iterable[GpuCandidate] = (),
+    thresholds: Thresholds = Thresholds(),
+) -> list[Finding]:
+    findings = diagnose_steps(steps, thresholds)
+    usage = combine_windows(windows)
+    if usage is not None:
+        findings += diagnose_usage(usage, thresholds, gpu_memory_gib, candidates)
+    order = {"critical": 0, "warning": 1, "info": 2}
+    return sorted(findings, key=lambda f: order.get(f.severity, 3))
+
+
+def read_step_timings(path: str | Path) -> list[StepTiming]:
+    """Per-step timings from a progress file: ``data_s``/``compute_s`` at the top or under ``metrics``."""
+    steps = []
+    with Path(path).open(encoding="utf-8") as handle:
+        for line in handle:
+            try:
+                record = json.loads(line) if line.strip() else None
+            except ValueError:
+                continue  # a line being written while we read
+            if not isinstance(record, dict):
+                continue
+            source = record if "data_s" in record else record.get("metrics") or {}
+            if isinstance(source, dict) and "data_s" in source and "compute_s" in source:
+                steps.append(StepTiming(float(source["data_s"]), float(source["compute_s"])))
+    return steps
+
+
+def diagnose_files(
+    summary_path: str | Path | None = None,
+    progress_path: str | Path | None = None,
+    gpu_memory_gib: float | None = None,
+    candidates: Iterable[GpuCandidate] = (),
+    thresholds: Thresholds = Thresholds(),
+) -> list[Finding]:
+    """Read a summary file and/or a progress file and run every rule."""
+    if summary_path is None and progress_path is None:
+        raise UserError("nothing to diagnose", "give a monitor summary file, a progress file, or both")
+    for path in (summary_path, progress_path):
+        if path is not None and not Path(path).is_file():
+            raise NotFoundError(f"{path} does not exist", "check the path (a job folder holds both files)")
+    windows = read_summaries(summary_path) if summary_path is not None else []
+    steps = read_step_timings(progress_path) if progress_path is not None else []
+    return diagnose(windows, steps, gpu_memory_gib, candidates, thresholds)

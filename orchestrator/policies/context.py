@@ -1,0 +1,207 @@
+"""What a market policy knows when it decides, and what it answers.
+
+A decision is made at each reconcile tick (controller) or trace tick (simulator) from facts known
+*now*: the job's clock and progress, prices, the changeover cost, which zones offer spot capacity at
+this moment, and what was seen of each zone so far. Never the future.
+
+Two forms of the same facts:
+
+* :class:`MarketContext` — one job, plain Python values; what the controller builds.
+* :class:`MarketBatch` — many independent jobs as numpy arrays (one row per job); what the simulator
+  builds. Policies implement their logic once, on the batch form; ``decide`` wraps one context into a
+  batch of one, so the controller and ``gpuctl simulate`` run the very same code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+import numpy as np
+from numpy.typing import NDArray
+
+from orchestrator.errors import UserError
+
+FloatArray = NDArray[np.float64]
+IntArray = NDArray[np.int64]
+BoolArray = NDArray[np.bool_]
+
+
+class Action(IntEnum):
+    """What to run next. Codes are stored in numpy arrays by the batch form."""
+
+    WAIT = 0
+    SPOT = 1
+    ON_DEMAND = 2
+
+    @property
+    def market(self) -> str | None:
+        return {Action.WAIT: None, Action.SPOT: "spot", Action.ON_DEMAND: "on-demand"}[self]
+
+
+def action_from_market(market: str | None) -> Action:
+    if market is None:
+        return Action.WAIT
+    if market == "spot":
+        return Action.SPOT
+    if market == "on-demand":
+        return Action.ON_DEMAND
+    raise UserError(f"unknown market '{market}'", "use 'spot', 'on-demand' or None")
+
+
+@dataclass(frozen=True)
+class ZoneHistory:
+    """Spot availability seen so far (since the job was submitted), per zone.
+
+    ``observed_h``: hours watched; ``available_h[z]``: hours zone z had capacity;
+    ``any_available_h``: hours at least one zone had capacity; ``up_runs[z]``: how many periods of
+    availability began in z; ``streak_h[z]``: length of z's current run (of availability if it is
+    available now, of unavailability otherwise). Build it with :meth:`empty` then :meth:`updated`
+    once per tick.
+    """
+
+    observed_h: float = 0.0
+    any_available_h: float = 0.0
+    available_h: Mapping[str, float] = field(default_factory=dict)
+    up_runs: Mapping[str, int] = field(default_factory=dict)
+    streak_h: Mapping[str, float] = field(default_factory=dict)
+    last_available: Mapping[str, bool] = field(default_factory=dict)
+
+    @classmethod
+    def empty(cls) -> ZoneHistory:
+        return cls()
+
+    def updated(self, tick_h: float, available: Mapping[str, bool]) -> ZoneHistory:
+        """The history after watching ``available`` for ``tick_h`` more hours."""
+        avail_h = dict(self.available_h)
+        runs = dict(self.up_runs)
+        streak = dict(self.streak_h)
+        now_up = {zone: bool(up) for zone, up in available.items()}
+        for zone, now in now_up.items():
+            before = self.last_available.get(zone)
+            avail_h[zone] = avail_h.get(zone, 0.0) + (tick_h if now else 0.0)
+            if now and before is not True:
+                runs[zone] = runs.get(zone, 0) + 1
+            streak[zone] = streak.get(zone, 0.0) + tick_h if before is now else tick_h
+        return ZoneHistory(
+            observed_h=self.observed_h + tick_h,
+            any_available_h=self.any_available_h + (tick_h if any(now_up.values()) else 0.0),
+            available_h=avail_h,
+            up_runs=runs,
+            streak_h=streak,
+            last_available=now_up,
+        )
+
+
+@dataclass(frozen=True)
+class MarketContext:
+    """Everything known about one job at decision time.
+
+    Times are hours. ``elapsed_h``: since the job started (submit time); ``deadline_h``: the deadline
+    measured from the same start; ``work_done_h``/``work_total_h``: compute hours done and needed
+    (progress fraction x compute hours); ``changeover_h``: time a launch spends paid but without
+    progress (start-up plus work lost since the last checkpoint); ``tick_h``: time until the next
+    decision. ``zones`` lists allowed zones in preference order; ``current_market`` is 'spot',
+    'on-demand' or None (nothing running), ``current_zone`` its zone. ``spot_available[z]`` says
+    whether z has spot capacity now.
+    """
+
+    elapsed_h: float
+    deadline_h: float
+    work_done_h: float
+    work_total_h: float
+    changeover_h: float
+    tick_h: float
+    spot_price: float
+    on_demand_price: float
+    zones: Sequence[str]
+    spot_available: Mapping[str, bool]
+    current_market: str | None = None
+    current_zone: str | None = None
+    history: ZoneHistory = field(default_factory=ZoneHistory.empty)
+
+    def to_batch(self) -> MarketBatch:
+        zones = list(self.zones)
+        if not zones:
+            raise UserError("market context lists no zones", "give at least one allowed zone")
+        h = self.history
+        zone_index = zones.index(self.current_zone) if self.current_zone in zones else -1
+
+        def row(values: Sequence[float]) -> FloatArray:
+            return np.asarray([values], dtype=np.float64)
+
+        return MarketBatch(
+            elapsed_h=np.array([self.elapsed_h]),
+            work_done_h=np.array([self.work_done_h]),
+            deadline_h=self.deadline_h,
+            work_total_h=self.work_total_h,
+            changeover_h=self.changeover_h,
+            tick_h=self.tick_h,
+            spot_price=self.spot_price,
+            on_demand_price=self.on_demand_price,
+            market=np.array([action_from_market(self.current_market)], dtype=np.int64),
+            zone=np.array([zone_index], dtype=np.int64),
+            spot_available=np.array([[bool(self.spot_available.get(z, False)) for z in zones]]),
+            observed_h=np.array([h.observed_h]),
+            any_available_h=np.array([h.any_available_h]),
+            available_h=row([h.available_h.get(z, 0.0) for z in zones]),
+            up_runs=row([float(h.up_runs.get(z, 0)) for z in zones]),
+            streak_h=row([h.streak_h.get(z, 0.0) for z in zones]),
+        )
+
+
+@dataclass(frozen=True)
+class MarketDecision:
+    """``market``: 'spot', 'on-demand' or None (wait, run nothing); ``zone`` for spot, else None."""
+
+    market: str | None
+    zone: str | None
+    policy: str
+
+
+@dataclass
+class MarketBatch:
+    """:class:`MarketContext` for B jobs at once: arrays of shape (B,) or (B, Z); scalars are shared.
+
+    ``market`` holds :class:`Action` codes of what runs now (WAIT = nothing), ``zone`` its zone index
+    (-1 for none).
+    """
+
+    elapsed_h: FloatArray
+    work_done_h: FloatArray
+    deadline_h: float
+    work_total_h: float
+    changeover_h: float
+    tick_h: float
+    spot_price: float
+    on_demand_price: float
+    market: IntArray
+    zone: IntArray
+    spot_available: BoolArray
+    observed_h: FloatArray
+    any_available_h: FloatArray
+    available_h: FloatArray
+    up_runs: FloatArray
+    streak_h: FloatArray
+
+    @property
+    def slack_h(self) -> FloatArray:
+        """Time left minus work left: how much more the job may wait or lose and still finish."""
+        return (self.deadline_h - self.elapsed_h) - (self.work_total_h - self.work_done_h)
+
+    @property
+    def time_left_h(self) -> FloatArray:
+        return self.deadline_h - self.elapsed_h
+
+    @property
+    def safety_h(self) -> float:
+        """Slack needed to survive one more launch and then one fallback launch to on-demand."""
+        return 2.0 * self.changeover_h + self.tick_h
+
+    def on_spot_and_up(self) -> BoolArray:
+        """Rows now running spot in a zone that still has capacity."""
+        rows = np.arange(self.market.shape[0])
+        zone = np.maximum(self.zone, 0)
+        riding: BoolArray = (self.market == Action.SPOT) & (self.zone >= 0) & self.spot_available[rows, zone]
+        return riding

@@ -1,0 +1,116 @@
+"""Right-size: the GPU type and count that finish the work by the deadline at the lowest cost.
+
+Input is what was measured on each GPU type (a short profiling run or an earlier attempt): per-GPU
+throughput, peak memory per GPU, utilization. Only measured types are considered: throughput is not
+guessed across GPU generations. Prices come from the catalog's offers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from orchestrator.catalog.offers import MarketKind, Offer, find_offers
+from orchestrator.errors import PermanentError
+
+MEMORY_HEADROOM = 0.9
+"""Use at most this fraction of a GPU's memory (fragmentation, allocator caches)."""
+
+
+@dataclass(frozen=True)
+class GpuMeasurement:
+    """Recorded on ``gpu_type``: work units (samples, tokens) per second per GPU, peak memory per GPU
+    in GiB and mean GPU utilization in [0, 1]."""
+
+    gpu_type: str
+    units_per_second_per_gpu: float
+    peak_memory_gib: float
+    utilization: float
+
+
+@dataclass(frozen=True)
+class SizeOption:
+    offer: Offer
+    nodes: int
+    gpus: int
+    hours: float
+    cost_usd: float
+
+
+@dataclass(frozen=True)
+class RightSizeChoice:
+    choice: SizeOption
+    reason: str
+    considered: tuple[SizeOption, ...]
+
+
+def _throughput(m: GpuMeasurement, gpus: int, scaling_efficiency: float) -> float:
+    return float(m.units_per_second_per_gpu * gpus * scaling_efficiency ** math.log2(gpus))
+
+
+def right_size(
+    measurements: Sequence[GpuMeasurement],
+    work_units: float,
+    deadline_h: float,
+    *,
+    market: MarketKind = MarketKind.ON_DEMAND,
+    max_nodes: int = 1,
+    scaling_efficiency: float = 0.9,
+    offers: Iterable[Offer] | None = None,
+) -> RightSizeChoice:
+    """Cheapest (GPU type, instance, node count) whose memory fits and that meets the deadline."""
+    pool = list(offers) if offers is not None else None
+    options: list[SizeOption] = []
+    ruled_out: list[str] = []
+    for m in measurements:
+        found = [o for o in find_offers(m.gpu_type, offers=pool) if o.price(market) is not None]
+        if not found:
+            ruled_out.append(f"{m.gpu_type}: no {market} offer in the catalog")
+            continue
+        if m.peak_memory_gib > found[0].gpu_memory_gib * MEMORY_HEADROOM:
+            ruled_out.append(
+                f"{m.gpu_type}: peak memory {m.peak_memory_gib:g} GiB does not fit in "
+                f"{MEMORY_HEADROOM:.0%} of {found[0].gpu_memory_gib:g} GiB"
+            )
+            continue
+        fits_type = False
+        for offer in found:
+            price = offer.price(market)
+            assert price is not None
+            for nodes in range(1, max_nodes + 1):
+                gpus = offer.gpu_count * nodes
+                hours = work_units / _throughput(m, gpus, scaling_efficiency) / 3600.0
+                if hours <= deadline_h:
+                    fits_type = True
+                    options.append(SizeOption(offer, nodes, gpus, hours, hours * price * nodes))
+        if not fits_type:
+            fastest = work_units / _throughput(
+                m, max(o.gpu_count for o in found) * max_nodes, scaling_efficiency
+            )
+            ruled_out.append(
+                f"{m.gpu_type}: even the largest size needs {fastest / 3600.0:.1f} h > {deadline_h:g} h"
+            )
+    if not options:
+        raise PermanentError(
+            f"no measured GPU type finishes the work within {deadline_h:g} h: " + "; ".join(ruled_out),
+            "allow more nodes, a later deadline, or measure another GPU type",
+        )
+    options.sort(key=lambda o: (o.cost_usd, o.hours, o.offer.instance_type))
+    best = options[0]
+    util = {m.gpu_type: m.utilization for m in measurements}[best.offer.gpu_type]
+    reason = (
+        f"{best.offer.gpu_type} x{best.gpus} ({best.nodes} x {best.offer.instance_type}, "
+        f"{best.offer.zone}, {market}): {best.hours:.1f} h <= {deadline_h:g} h deadline "
+        f"for {best.cost_usd:.2f} USD, the lowest cost that fits"
+    )
+    other = next((o for o in options if o.offer.gpu_type != best.offer.gpu_type), None)
+    if other is not None:
+        reason += (
+            f"; next other type {other.offer.gpu_type} x{other.gpus} would cost {other.cost_usd:.2f} USD"
+        )
+    if util < 0.5:
+        reason += f"; measured utilization is only {util:.0%}: the input pipeline may be the bottleneck"
+    if ruled_out:
+        reason += "; ruled out: " + "; ".join(ruled_out)
+    return RightSizeChoice(best, reason, tuple(options))

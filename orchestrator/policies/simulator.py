@@ -1,0 +1,198 @@
+"""Replay spot availability traces against market policies, many start points at once.
+
+The model ("Can't Be Late", NSDI'24): the job needs ``work_h`` compute hours within ``deadline_h``
+of its start. Every launch (spot or on-demand, a move to another zone included) spends the
+changeover, paid, without progress; the changeover is rounded up to whole ticks. Spot runs only
+while its zone has capacity; losing it keeps the progress made. On-demand is always available.
+Past the deadline an unfinished job is forced onto on-demand (and counted as late).
+
+Elastic jobs (``min_nodes < max_nodes``) run spot on :func:`rescale_target` nodes, at
+:func:`relative_throughput` speed, and pay ``rendezvous_h`` (paid, no progress) on each resize.
+Work is measured in hours at ``max_nodes``; on-demand always runs ``max_nodes``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from orchestrator.errors import UserError
+from orchestrator.policies.context import Action, BoolArray, FloatArray, IntArray, MarketBatch
+from orchestrator.policies.market import MarketPolicy
+from orchestrator.policies.rescale import check_node_range, relative_throughput, rescale_targets
+from orchestrator.policies.traces import AvailabilityTrace
+
+_EPS = 1e-9
+
+
+@dataclass(frozen=True)
+class SimJob:
+    work_h: float
+    deadline_h: float
+    changeover_h: float
+    spot_price: float
+    on_demand_price: float
+    min_nodes: int = 1
+    max_nodes: int = 1
+    scaling_efficiency: float = 0.9
+    rendezvous_h: float = 0.05
+
+    def validate(self) -> None:
+        for name in ("work_h", "deadline_h", "spot_price", "on_demand_price"):
+            if getattr(self, name) <= 0:
+                raise UserError(f"{name} must be positive", f"give a positive {name.replace('_', ' ')}")
+        if self.changeover_h < 0:
+            raise UserError("changeover hours must not be negative", "give 0 or more")
+        check_node_range(self.min_nodes, self.max_nodes)
+
+    def on_demand_cost(self, tick_h: float) -> float:
+        """Cost of running on-demand only: one launch, then the work."""
+        return self.max_nodes * self.on_demand_price * (changeover_ticks(self, tick_h) * tick_h + self.work_h)
+
+
+def changeover_ticks(job: SimJob, tick_h: float) -> int:
+    return math.ceil(job.changeover_h / tick_h - _EPS) if job.changeover_h > 0 else 0
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """Per start point: cost, whether the deadline was met, hours on each market, preemptions."""
+
+    cost_usd: FloatArray
+    deadline_met: BoolArray
+    spot_h: FloatArray
+    on_demand_h: FloatArray
+    preemptions: FloatArray
+
+
+def horizon_ticks(job: SimJob, tick_h: float) -> int:
+    """Ticks a start point needs in the trace: the deadline plus room to finish late on on-demand."""
+    return (
+        math.ceil(job.deadline_h / tick_h)
+        + math.ceil(job.work_h / tick_h)
+        + changeover_ticks(job, tick_h)
+        + 2
+    )
+
+
+def start_points(trace: AvailabilityTrace, job: SimJob, count: int, seed: int) -> IntArray:
+    """``count`` random start ticks (seeded) that leave the whole deadline inside the trace."""
+    last = trace.ticks - math.ceil(job.deadline_h / trace.tick_h) - 1
+    if last < 0:
+        raise UserError(
+            f"the traces cover {trace.ticks * trace.tick_h:.1f} h, "
+            f"shorter than the deadline ({job.deadline_h} h)",
+            "use longer traces or a shorter deadline",
+        )
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, last + 1, size=count).astype(np.int64)
+
+
+def simulate(policy: MarketPolicy, trace: AvailabilityTrace, job: SimJob, starts: IntArray) -> SimResult:
+    """Run ``policy`` from every start tick in ``starts`` (vectorised over starts)."""
+    job.validate()
+    dt, n, zones = trace.tick_h, len(starts), len(trace.zones)
+    co = changeover_ticks(job, dt)
+    rv = changeover_ticks(SimJob(1, 1, job.rendezvous_h, 1, 1), dt)
+    elastic = job.min_nodes < job.max_nodes
+    # pad so late finishers read "no capacity" instead of running off the trace
+    pad = horizon_ticks(job, dt)
+    counts = np.concatenate([trace.counts, np.zeros((zones, pad), dtype=np.int64)], axis=1).T
+    rate_of = np.array(
+        [
+            relative_throughput(k, job.max_nodes, job.scaling_efficiency) if k else 0.0
+            for k in range(job.max_nodes + 1)
+        ]
+    )
+    work_t, deadline_t = job.work_h / dt, job.deadline_h / dt
+    rows = np.arange(n)
+
+    done = np.zeros(n)
+    market = np.zeros(n, dtype=np.int64)
+    zone = np.full(n, -1, dtype=np.int64)
+    nodes = np.zeros(n, dtype=np.int64)
+    co_left = np.zeros(n, dtype=np.int64)
+    finished = np.zeros(n, dtype=bool)
+    finish_t = np.full(n, np.inf)
+    cost, spot_t, od_t, preempt = np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n)
+    avail_h, runs, streak = np.zeros((n, zones)), np.zeros((n, zones)), np.zeros((n, zones))
+    prev = np.zeros((n, zones), dtype=bool)
+    any_h = np.zeros(n)
+
+    for tau in range(pad):
+        active = ~finished
+        if not active.any():
+            break
+        cnt = counts[starts + tau]
+        up = cnt >= job.min_nodes
+        # capacity lost under a running spot instance: preempted
+        lost = (market == Action.SPOT) & ~up[rows, np.maximum(zone, 0)] & active
+        preempt += lost
+        market[lost], zone[lost], nodes[lost] = Action.WAIT, -1, 0
+        avail_h += up * dt
+        runs += up & ~prev
+        streak = np.where(up == prev, streak + dt, dt)
+        any_h += up.any(axis=1) * dt
+        prev = up
+        batch = MarketBatch(
+            elapsed_h=np.full(n, tau * dt),
+            work_done_h=done * dt,
+            deadline_h=job.deadline_h,
+            work_total_h=job.work_h,
+            changeover_h=co * dt,
+            tick_h=dt,
+            spot_price=job.spot_price,
+            on_demand_price=job.on_demand_price,
+            market=market.copy(),
+            zone=zone.copy(),
+            spot_available=up,
+            observed_h=np.full(n, (tau + 1) * dt),
+            any_available_h=any_h,
+            available_h=avail_h,
+            up_runs=runs,
+            streak_h=streak,
+        )
+        action, want_zone = policy.decide_batch(batch)
+        action = np.where(tau >= deadline_t - _EPS, int(Action.ON_DEMAND), action)
+        want_zone = np.where(action == Action.SPOT, want_zone, -1)
+        bad_spot = (action == Action.SPOT) & ((want_zone < 0) | ~up[rows, np.maximum(want_zone, 0)])
+        action = np.where(bad_spot, int(Action.WAIT), action)
+        want_zone = np.where(bad_spot, -1, want_zone)
+        action[~active] = Action.WAIT
+
+        target = np.where(action == Action.ON_DEMAND, job.max_nodes, 0)
+        if action.any():
+            offered = cnt[rows, np.maximum(want_zone, 0)]
+            spot_nodes = rescale_targets(offered, job.min_nodes, job.max_nodes)
+            target = np.where(action == Action.SPOT, spot_nodes, target)
+        launch = (action != Action.WAIT) & ((action != market) | (want_zone != zone))
+        resize = ~launch & (action == Action.SPOT) & (target != nodes) & elastic
+        co_left = np.where(launch, co, np.where(resize, np.maximum(co_left, rv), co_left))
+        market, zone, nodes = action, want_zone, np.where(action == Action.WAIT, 0, target)
+
+        running = market != Action.WAIT
+        productive = running & (co_left == 0)
+        rate = rate_of[nodes] * productive
+        need = np.maximum(work_t - done, 0.0)
+        frac = np.where(productive & (rate >= need - _EPS), need / np.maximum(rate, _EPS), 1.0)
+        frac = np.minimum(frac, 1.0)
+        price = np.where(market == Action.SPOT, job.spot_price, job.on_demand_price)
+        cost += running * price * nodes * dt * frac
+        spot_t += (market == Action.SPOT) * frac
+        od_t += (market == Action.ON_DEMAND) * frac
+        done += rate * frac
+        ends = productive & (done >= work_t - _EPS) & active
+        finish_t[ends] = tau + frac[ends]
+        finished |= ends
+        co_left = np.where(running & (co_left > 0), co_left - 1, co_left)
+        market[ends], zone[ends], nodes[ends] = Action.WAIT, -1, 0
+
+    return SimResult(
+        cost_usd=cost,
+        deadline_met=finish_t <= deadline_t + _EPS,
+        spot_h=spot_t * dt,
+        on_demand_h=od_t * dt,
+        preemptions=preempt,
+    )

@@ -1,0 +1,44 @@
+"""The training-side helper: checkpoint/resume, data position, progress lines and preemption notices.
+
+A training script (run under torchrun) does::
+
+    from orchestrator import runtime
+    rt = runtime.Runtime.from_env(model=model, optimizer=opt, scheduler=sched, total_steps=N)
+    start = rt.resume()
+    sampler = runtime.GlobalBatchSampler(len(train_set), seed=0)
+    for step in range(start, N):
+        batch = sampler.for_rank(step, rank, world_size, micro_batch=32)
+        ...
+        rt.step_done(step + 1, loss=loss, data_s=..., compute_s=...)
+    rt.finish(metrics={"accuracy": acc})
+
+Imports only torch, numpy, the standard library, :mod:`orchestrator.contract` and
+:mod:`orchestrator.errors` (boto3 lazily, for ``s3://`` checkpoints).
+"""
+
+from orchestrator.runtime.checkpoint import CheckpointStore, Manifest
+from orchestrator.runtime.data import GlobalBatchSampler, RankBatch
+from orchestrator.runtime.notice import NoticeWatcher, parse_signal
+from orchestrator.runtime.progress import ProgressFile
+from orchestrator.runtime.rng import capture_rng, restore_rng
+from orchestrator.runtime.runtime import Runtime, clone_to_cpu
+from orchestrator.runtime.storage import SLOW_WRITE_ENV, LocalStorage, S3Storage, Storage, open_storage
+
+__all__ = [
+    "SLOW_WRITE_ENV",
+    "CheckpointStore",
+    "GlobalBatchSampler",
+    "LocalStorage",
+    "Manifest",
+    "NoticeWatcher",
+    "ProgressFile",
+    "RankBatch",
+    "Runtime",
+    "S3Storage",
+    "Storage",
+    "capture_rng",
+    "clone_to_cpu",
+    "open_storage",
+    "parse_signal",
+    "restore_rng",
+]

@@ -1,0 +1,380 @@
+"""The job store: SQLite in WAL mode under the gpuctl home (``GPUCTL_HOME``, default ``~/.gpuctl``).
+
+Every write that matters runs in one transaction, so killing the controller at any instant leaves
+either the old or the new state. Status changes go through :meth:`JobStore.transition`, which checks
+the transitions table and writes the event in the same transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import sqlite3
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from orchestrator.errors import NotFoundError
+from orchestrator.state.records import EventRecord, JobRecord, SegmentRecord
+from orchestrator.state.status import FailureReason, JobStatus, check_transition
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    id TEXT PRIMARY KEY, name TEXT NOT NULL, user TEXT NOT NULL, team TEXT NOT NULL,
+    backend TEXT NOT NULL, status TEXT NOT NULL, failure_reason TEXT, message TEXT NOT NULL DEFAULT '',
+    spec_json TEXT NOT NULL, options_json TEXT NOT NULL DEFAULT '{}',
+    submitted_at TEXT NOT NULL, deadline TEXT, updated_at TEXT NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0, preemptions INTEGER NOT NULL DEFAULT 0,
+    restarts INTEGER NOT NULL DEFAULT 0, cancel_requested INTEGER NOT NULL DEFAULT 0,
+    summary_json TEXT NOT NULL DEFAULT '{}'
+);
+CREATE TABLE IF NOT EXISTS attempts (
+    job_id TEXT NOT NULL REFERENCES jobs(id), attempt INTEGER NOT NULL,
+    placement_json TEXT NOT NULL, started_at TEXT NOT NULL, ended_at TEXT, end_reason TEXT,
+    PRIMARY KEY (job_id, attempt)
+);
+CREATE TABLE IF NOT EXISTS nodes (
+    node_id TEXT PRIMARY KEY, job_id TEXT NOT NULL REFERENCES jobs(id), attempt INTEGER NOT NULL,
+    launch_state TEXT NOT NULL, created_at TEXT NOT NULL, notice_at TEXT, ended_at TEXT, phase TEXT
+);
+CREATE TABLE IF NOT EXISTS segments (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, job_id TEXT NOT NULL REFERENCES jobs(id),
+    attempt INTEGER NOT NULL, gpu_type TEXT NOT NULL, instance_type TEXT NOT NULL, market TEXT NOT NULL,
+    cloud TEXT NOT NULL, region TEXT NOT NULL, zone TEXT NOT NULL, nodes INTEGER NOT NULL,
+    gpus_per_node INTEGER NOT NULL, started_at TEXT NOT NULL, ended_at TEXT,
+    node_price_usd_per_hour REAL NOT NULL, on_demand_node_price_usd_per_hour REAL NOT NULL,
+    price_source TEXT NOT NULL, end_reason TEXT
+);
+CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, job_id TEXT NOT NULL REFERENCES jobs(id),
+    time TEXT NOT NULL, kind TEXT NOT NULL, message TEXT NOT NULL, status TEXT
+);
+CREATE INDEX IF NOT EXISTS segments_job ON segments(job_id);
+CREATE INDEX IF NOT EXISTS events_job ON events(job_id);
+CREATE INDEX IF NOT EXISTS nodes_job ON nodes(job_id, attempt);
+"""
+
+
+def gpuctl_home() -> Path:
+    return Path(os.environ.get("GPUCTL_HOME") or Path.home() / ".gpuctl")
+
+
+def _ts(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.astimezone(UTC).isoformat()
+
+
+def _dt(text: str | None) -> datetime | None:
+    return None if text is None else datetime.fromisoformat(text)
+
+
+def _req_dt(text: str) -> datetime:
+    return datetime.fromisoformat(text)
+
+
+def open_store(home: Path | None = None) -> JobStore:
+    return JobStore(home)
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    node_id: str
+    job_id: str
+    attempt: int
+    launch_state: str
+    """``intent`` (written before the backend was asked), ``launched``, or ``ended``."""
+    created_at: datetime
+    notice_at: datetime | None
+    ended_at: datetime | None
+    phase: str | None
+
+
+class JobStore:
+    """All persistent job state. One instance per process; connections are per thread."""
+
+    def __init__(self, home: Path | None = None) -> None:
+        self.home = home or gpuctl_home()
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.path = self.home / "gpuctl.db"
+        with self._connect() as conn:
+            conn.executescript(SCHEMA)
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        conn.row_factory = sqlite3.Row
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute("PRAGMA foreign_keys=ON")
+        return conn
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        conn = self._connect()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            yield conn
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        finally:
+            conn.close()
+
+    def _query(self, sql: str, args: Sequence[Any] = ()) -> list[sqlite3.Row]:
+        conn = self._connect()
+        try:
+            return list(conn.execute(sql, args))
+        finally:
+            conn.close()
+
+    def job_dir(self, job_id: str) -> Path:
+        path = self.home / "jobs" / job_id
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    # --- jobs -------------------------------------------------------------------------------
+    def create_job(
+        self,
+        *,
+        name: str,
+        user: str,
+        team: str,
+        backend: str,
+        spec_json: str,
+        deadline: datetime | None,
+        now: datetime,
+        options: dict[str, Any] | None = None,
+    ) -> JobRecord:
+        job_id = f"{name}-{secrets.token_hex(3)}"
+        with self.transaction() as conn:
+            conn.execute(
+                "INSERT INTO jobs (id, name, user, team, backend, status, spec_json, options_json,"
+                " submitted_at, deadline, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                (
+                    job_id, name, user, team, backend, JobStatus.PENDING, spec_json,
+                    json.dumps(options or {}), _ts(now), _ts(deadline), _ts(now),
+                ),
+            )  # fmt: skip
+            self._event(conn, job_id, now, "transition", "submitted", JobStatus.PENDING)
+        return self.job(job_id)
+
+    def job(self, job_id: str) -> JobRecord:
+        rows = self._query("SELECT * FROM jobs WHERE id = ?", (job_id,))
+        if not rows:
+            matches = self._query("SELECT * FROM jobs WHERE id LIKE ? OR name = ?", (f"{job_id}%", job_id))
+            if len(matches) != 1:
+                hint = "several jobs match; give the full id" if matches else "see `gpuctl list`"
+                raise NotFoundError(f"no job '{job_id}'", hint)
+            rows = matches
+        return _job_record(rows[0])
+
+    def list_jobs(self, include_terminal: bool = True) -> list[JobRecord]:
+        rows = self._query("SELECT * FROM jobs ORDER BY submitted_at")
+        jobs = [_job_record(r) for r in rows]
+        return [j for j in jobs if include_terminal or not j.status.terminal]
+
+    def job_options(self, job_id: str) -> dict[str, Any]:
+        rows = self._query("SELECT options_json FROM jobs WHERE id = ?", (job_id,))
+        return dict(json.loads(rows[0]["options_json"])) if rows else {}
+
+    def cancel_requested(self, job_id: str) -> bool:
+        rows = self._query("SELECT cancel_requested FROM jobs WHERE id = ?", (job_id,))
+        return bool(rows and rows[0]["cancel_requested"])
+
+    def request_cancel(self, job_id: str, now: datetime) -> None:
+        with self.transaction() as conn:
+            conn.execute("UPDATE jobs SET cancel_requested = 1, updated_at = ? WHERE id = ?", (_ts(now), job_id))
+            self._event(conn, job_id, now, "cancel_requested", "cancel requested by the user", None)
+
+    def set_summary(self, job_id: str, summary: dict[str, Any]) -> None:
+        with self.transaction() as conn:
+            conn.execute("UPDATE jobs SET summary_json = ? WHERE id = ?", (json.dumps(summary), job_id))
+
+    def summary(self, job_id: str) -> dict[str, Any]:
+        rows = self._query("SELECT summary_json FROM jobs WHERE id = ?", (job_id,))
+        return dict(json.loads(rows[0]["summary_json"])) if rows else {}
+
+    # --- transitions and events ---------------------------------------------------------------
+    def transition(
+        self,
+        conn: sqlite3.Connection,
+        job_id: str,
+        target: JobStatus,
+        now: datetime,
+        message: str,
+        reason: FailureReason | None = None,
+    ) -> None:
+        """Change a job's status inside an open transaction; raises on an illegal transition."""
+        row = conn.execute("SELECT status FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        current = JobStatus(row["status"])
+        check_transition(current, target)
+        conn.execute(
+            "UPDATE jobs SET status = ?, failure_reason = ?, message = ?, updated_at = ? WHERE id = ?",
+            (target, reason, message, _ts(now), job_id),
+        )
+        self._event(conn, job_id, now, "transition", f"{current} -> {target}: {message}", target)
+
+    def add_event(self, job_id: str, now: datetime, kind: str, message: str) -> None:
+        with self.transaction() as conn:
+            self._event(conn, job_id, now, kind, message, None)
+
+    def _event(
+        self, conn: sqlite3.Connection, job_id: str, now: datetime, kind: str, message: str, status: str | None
+    ) -> None:
+        conn.execute(
+            "INSERT INTO events (job_id, time, kind, message, status) VALUES (?,?,?,?,?)",
+            (job_id, _ts(now), kind, message, status),
+        )
+
+    def events(self, job_id: str, after_id: int = 0) -> list[EventRecord]:
+        rows = self._query("SELECT * FROM events WHERE job_id = ? AND id > ? ORDER BY id", (job_id, after_id))
+        return [
+            EventRecord(
+                id=r["id"], job_id=r["job_id"], time=_req_dt(r["time"]), kind=r["kind"], message=r["message"],
+                status=JobStatus(r["status"]) if r["status"] else None,
+            )
+            for r in rows
+        ]  # fmt: skip
+
+    # --- attempts, nodes, segments ----------------------------------------------------------------
+    def attempt_placement(self, job_id: str, attempt: int) -> dict[str, Any] | None:
+        rows = self._query(
+            "SELECT placement_json FROM attempts WHERE job_id = ? AND attempt = ?", (job_id, attempt)
+        )
+        return dict(json.loads(rows[0]["placement_json"])) if rows else None
+
+    def nodes(self, job_id: str, attempt: int | None = None) -> list[NodeRecord]:
+        if attempt is None:
+            rows = self._query("SELECT * FROM nodes WHERE job_id = ? ORDER BY created_at, node_id", (job_id,))
+        else:
+            rows = self._query(
+                "SELECT * FROM nodes WHERE job_id = ? AND attempt = ? ORDER BY created_at, node_id",
+                (job_id, attempt),
+            )
+        return [
+            NodeRecord(
+                node_id=r["node_id"], job_id=r["job_id"], attempt=r["attempt"], launch_state=r["launch_state"],
+                created_at=_req_dt(r["created_at"]), notice_at=_dt(r["notice_at"]), ended_at=_dt(r["ended_at"]),
+                phase=r["phase"],
+            )
+            for r in rows
+        ]  # fmt: skip
+
+    def mark_notice(self, node_id: str, now: datetime) -> None:
+        with self.transaction() as conn:
+            row = conn.execute("SELECT job_id, notice_at FROM nodes WHERE node_id = ?", (node_id,)).fetchone()
+            if row is None or row["notice_at"] is not None:
+                return
+            conn.execute("UPDATE nodes SET notice_at = ? WHERE node_id = ?", (_ts(now), node_id))
+            self._event(conn, row["job_id"], now, "preemption_notice", f"node {node_id} got the notice", None)
+
+    def segments(self, job_id: str | None = None, since: datetime | None = None) -> list[SegmentRecord]:
+        sql, args = "SELECT * FROM segments WHERE 1=1", list[str]()
+        if job_id is not None:
+            sql += " AND job_id = ?"
+            args.append(job_id)
+        if since is not None:
+            sql += " AND (ended_at IS NULL OR ended_at >= ?)"
+            args.append(since.astimezone(UTC).isoformat())
+        return [_segment_record(r) for r in self._query(sql + " ORDER BY id", args)]
+
+
+def _job_record(r: sqlite3.Row) -> JobRecord:
+    return JobRecord(
+        id=r["id"], name=r["name"], user=r["user"], team=r["team"], backend=r["backend"],
+        status=JobStatus(r["status"]),
+        failure_reason=FailureReason(r["failure_reason"]) if r["failure_reason"] else None,
+        message=r["message"], spec_json=r["spec_json"], submitted_at=_req_dt(r["submitted_at"]),
+        deadline=_dt(r["deadline"]), updated_at=_req_dt(r["updated_at"]), attempts=r["attempts"],
+        preemptions=r["preemptions"], restarts=r["restarts"],
+    )  # fmt: skip
+
+
+def _segment_record(r: sqlite3.Row) -> SegmentRecord:
+    return SegmentRecord(
+        id=r["id"], job_id=r["job_id"], attempt=r["attempt"], gpu_type=r["gpu_type"],
+        instance_type=r["instance_type"], market=r["market"], cloud=r["cloud"], region=r["region"],
+        zone=r["zone"], nodes=r["nodes"], gpus_per_node=r["gpus_per_node"],
+        started_at=_req_dt(r["started_at"]), ended_at=_dt(r["ended_at"]),
+        node_price_usd_per_hour=r["node_price_usd_per_hour"],
+        on_demand_node_price_usd_per_hour=r["on_demand_node_price_usd_per_hour"],
+        price_source=r["price_source"], end_reason=r["end_reason"],
+    )  # fmt: skip
+
+
+class StoreWrites:
+    """Writes used by the controller's driver inside one :meth:`JobStore.transaction`."""
+
+    @staticmethod
+    def start_attempt(conn: sqlite3.Connection, job_id: str, placement: dict[str, Any], now: datetime) -> int:
+        row = conn.execute("SELECT attempts FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        attempt = int(row["attempts"]) + 1
+        conn.execute("UPDATE jobs SET attempts = ? WHERE id = ?", (attempt, job_id))
+        conn.execute(
+            "INSERT INTO attempts (job_id, attempt, placement_json, started_at) VALUES (?,?,?,?)",
+            (job_id, attempt, json.dumps(placement), _ts(now)),
+        )
+        conn.execute(
+            "INSERT INTO events (job_id, time, kind, message) VALUES (?,?,?,?)",
+            (job_id, _ts(now), "attempt", f"attempt {attempt} on {placement.get('market')} {placement.get('zone')}"),
+        )
+        return attempt
+
+    @staticmethod
+    def add_node_intents(
+        conn: sqlite3.Connection, job_id: str, attempt: int, node_ids: Sequence[str], now: datetime
+    ) -> None:
+        conn.executemany(
+            "INSERT INTO nodes (node_id, job_id, attempt, launch_state, created_at) VALUES (?,?,?,'intent',?)",
+            [(n, job_id, attempt, _ts(now)) for n in node_ids],
+        )
+
+    @staticmethod
+    def set_launch_state(conn: sqlite3.Connection, node_ids: Sequence[str], state: str, now: datetime) -> None:
+        ended = _ts(now) if state == "ended" else None
+        conn.executemany(
+            "UPDATE nodes SET launch_state = ?, ended_at = COALESCE(ended_at, ?) WHERE node_id = ?",
+            [(state, ended, n) for n in node_ids],
+        )
+
+    @staticmethod
+    def open_segment(
+        conn: sqlite3.Connection, job_id: str, attempt: int, placement: dict[str, Any], nodes: int, now: datetime
+    ) -> None:
+        p = placement
+        conn.execute(
+            "INSERT INTO segments (job_id, attempt, gpu_type, instance_type, market, cloud, region, zone, nodes,"
+            " gpus_per_node, started_at, node_price_usd_per_hour, on_demand_node_price_usd_per_hour,"
+            " price_source) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                job_id, attempt, p["gpu_type"], p["instance_type"], p["market"], p["cloud"], p["region"], p["zone"],
+                nodes, p["gpus_per_node"], _ts(now), p["node_price_usd_per_hour"],
+                p["on_demand_node_price_usd_per_hour"], p["price_source"],
+            ),
+        )  # fmt: skip
+        conn.execute(
+            "INSERT INTO events (job_id, time, kind, message) VALUES (?,?,?,?)",
+            (job_id, _ts(now), "segment", f"segment opened: {nodes} node(s) {p['market']} {p['zone']}"),
+        )
+
+    @staticmethod
+    def close_segment(conn: sqlite3.Connection, job_id: str, reason: str, now: datetime) -> None:
+        conn.execute(
+            "UPDATE segments SET ended_at = ?, end_reason = ? WHERE job_id = ? AND ended_at IS NULL",
+            (_ts(now), reason, job_id),
+        )
+
+    @staticmethod
+    def increment(conn: sqlite3.Connection, job_id: str, column: str) -> None:
+        if column not in ("preemptions", "restarts"):
+            raise ValueError(column)
+        conn.execute(f"UPDATE jobs SET {column} = {column} + 1 WHERE id = ?", (job_id,))
+
+    @staticmethod
+    def event(conn: sqlite3.Connection, job_id: str, now: datetime, kind: str, message: str) -> None:
+        conn.execute(
+            "INSERT INTO events (job_id, time, kind, message) VALUES (?,?,?,?)", (job_id, _ts(now), kind, message)
+        )

@@ -1,0 +1,76 @@
+"""Budget refusals and the controller config's budget and report sections."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from orchestrator.costs.budgets import (
+    check_submission,
+    load_cost_config,
+    month_window,
+    over_budget,
+    parse_cost_config,
+    team_month_spent,
+)
+from orchestrator.errors import UserError
+from orchestrator.spec import load_spec_text
+from tests.costs.factory import at, job, seg
+
+SPEC = "name: train\nteam: ml-research\ncommand: train.py\n"
+
+
+def test_team_budget_refusal_names_the_numbers() -> None:
+    spec = load_spec_text(SPEC)
+    with pytest.raises(UserError) as err:
+        check_submission(spec, estimated_hourly_usd=30.0, team_month_spent=980.0, team_budget=1000.0)
+    text = str(err.value)
+    assert "$20.00 left of its $1000.00" in text and "$30.00" in text and "To fix" in text
+    check_submission(spec, estimated_hourly_usd=19.0, team_month_spent=980.0, team_budget=1000.0)
+    check_submission(spec, estimated_hourly_usd=500.0, team_month_spent=0.0, team_budget=None)
+
+
+def test_whole_estimate_counts_when_compute_hours_known() -> None:
+    spec = load_spec_text(SPEC + "goals: {compute_hours: 10, budget_usd: 100}\n")
+    with pytest.raises(UserError, match=r"about \$120.00 .*budget_usd \$100.00"):
+        check_submission(spec, estimated_hourly_usd=12.0, team_month_spent=0.0, team_budget=None)
+    with pytest.raises(UserError, match=r"estimated cost is \$90.00"):
+        check_submission(spec, estimated_hourly_usd=9.0, team_month_spent=950.0, team_budget=1000.0)
+    check_submission(spec, estimated_hourly_usd=9.0, team_month_spent=900.0, team_budget=1000.0)
+
+
+def test_max_hourly_cap() -> None:
+    spec = load_spec_text(SPEC + "market: {max_hourly_usd: 5}\n")
+    with pytest.raises(UserError, match=r"\$6.00/h, above its max_hourly_usd \$5.00/h"):
+        check_submission(spec, estimated_hourly_usd=6.0, team_month_spent=0.0, team_budget=None)
+
+
+def test_over_budget() -> None:
+    assert over_budget(10.0, 10.0) and over_budget(10.5, 10.0)
+    assert not over_budget(9.99, 10.0) and not over_budget(1e9, None)
+
+
+def test_team_month_spent_counts_only_this_month_and_team() -> None:
+    jobs = [job("a", team="ml-research"), job("b", team="other")]
+    segments = [
+        seg("a", at(23, day=28).replace(month=2), at(2).replace(day=1), price=1.0, od=1.0),  # 2h in March
+        seg("a", at(10), at(12), price=3.0, od=3.0),
+        seg("b", at(10), at(12), price=100.0, od=100.0),
+    ]
+    assert team_month_spent(jobs, segments, "ml-research", now=at(20)) == pytest.approx(2.0 + 6.0)
+    dec = month_window(at(10).replace(month=12))
+    assert (dec.start.month, dec.end.year, dec.end.month) == (12, 2027, 1)
+
+
+def test_config_file(tmp_path: Path) -> None:
+    path = tmp_path / "controller.yaml"
+    path.write_text('budgets: {teams: {ml-research: 1000}}\nreports: {schedule: "0 8 * * *", folder: /r}\n')
+    config = load_cost_config(path)
+    assert config.team_budget("ml-research") == 1000.0 and config.team_budget("x") is None
+    assert config.report_schedule == "0 8 * * *" and config.report_folder == Path("/r")
+    assert load_cost_config(tmp_path / "missing.yaml").team_budgets_usd == {}
+    with pytest.raises(UserError, match="not an amount"):
+        parse_cost_config("budgets: {teams: {a: lots}}")
+    with pytest.raises(UserError, match="must be a mapping"):
+        parse_cost_config("budgets: [1]")

@@ -1,0 +1,149 @@
+"""Exact resume under real torchrun (2 processes, gloo): notice exit and a kill mid-checkpoint.
+
+An uninterrupted run and a run that is interrupted twice (SIGTERM notice to the process group,
+then SIGKILL while a checkpoint is being written) must end with bit-identical parameters and
+optimizer state.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from orchestrator.contract import PREEMPTED_EXIT_CODE
+from orchestrator.runtime import SLOW_WRITE_ENV, CheckpointStore, LocalStorage
+
+REPO = Path(__file__).resolve().parents[2]
+TRAIN = REPO / "examples" / "quickstart" / "train.py"
+STEPS = 80
+EVERY = 10
+
+
+def _start(workdir: Path, extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    env = dict(os.environ)
+    env.update(
+        {
+            "GPUCTL_CHECKPOINT_DIR": str(workdir / "ck"),
+            "GPUCTL_PROGRESS_FILE": str(workdir / "progress.jsonl"),
+            "GPUCTL_CHECKPOINT_KEEP": "3",
+            "PYTHONPATH": str(REPO),
+            "OMP_NUM_THREADS": "1",
+        }
+    )
+    env.update(extra_env or {})
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
+    argv += [str(TRAIN), "--steps", str(STEPS), "--checkpoint-every", str(EVERY), "--width", "768"]
+    log = (workdir / "log.txt").open("ab")
+    return subprocess.Popen(argv, cwd=workdir, env=env, stdout=log, stderr=log, start_new_session=True)
+
+
+def _progress(workdir: Path) -> list[dict[str, object]]:
+    path = workdir / "progress.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _last_step(workdir: Path) -> int:
+    steps = [int(r["step"]) for r in _progress(workdir) if "event" not in r]  # type: ignore[call-overload]
+    return max(steps, default=0)
+
+
+def _wait_for(predicate: object, timeout: float, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return
+        if proc.poll() is not None:
+            raise AssertionError(f"training exited early with {proc.returncode}")
+        time.sleep(0.02)
+    raise AssertionError("timed out waiting")
+
+
+def _finish(proc: subprocess.Popen[bytes], timeout: float = 90) -> int:
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
+
+
+def _final_state(workdir: Path) -> dict[str, object]:
+    found = CheckpointStore(LocalStorage(workdir / "ck")).load_latest()
+    assert found is not None and found[0] == STEPS
+    return found[1]
+
+
+def _assert_identical(a: object, b: object, where: str = "") -> None:
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and torch.equal(a, b), where
+    elif isinstance(a, dict):
+        assert isinstance(b, dict) and a.keys() == b.keys(), where
+        for key in a:
+            _assert_identical(a[key], b[key], f"{where}/{key}")
+    elif isinstance(a, list | tuple):
+        assert isinstance(b, list | tuple) and len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            _assert_identical(x, y, f"{where}[{i}]")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_interrupted_twice_ends_bit_identical(tmp_path: Path) -> None:
+    reference = tmp_path / "reference"
+    reference.mkdir()
+    assert _finish(_start(reference)) == 0
+
+    run = tmp_path / "interrupted"
+    run.mkdir()
+    # 1. preemption notice to the whole process group: checkpoint at the step boundary, exit 75
+    proc = _start(run)
+    _wait_for(lambda: _last_step(run) >= 23, 90, proc)
+    os.killpg(proc.pid, signal.SIGTERM)
+    _finish(proc)
+    events = [r for r in _progress(run) if r.get("event") == "preempted"]
+    assert len(events) == 1, (run / "log.txt").read_text()[-3000:]
+    noticed = int(events[0]["step"])  # type: ignore[call-overload]
+    assert 23 <= noticed < STEPS
+    log = (run / "log.txt").read_text()
+    for rank in (0, 1):
+        assert f"rank {rank}: preemption notice, checkpoint of step {noticed} saved, exiting with 75" in log
+    assert PREEMPTED_EXIT_CODE == 75
+    store = CheckpointStore(LocalStorage(run / "ck"))
+    assert store.complete_steps()[-1] == noticed
+
+    # 2. resume, then SIGKILL while the next checkpoint's data file is still a temp file
+    proc = _start(run, {SLOW_WRITE_ENV: "60"})
+    torn_step = (noticed // EVERY + 1) * EVERY
+    torn_dir = run / "ck" / f"step-{torn_step:08d}"
+    _wait_for(
+        lambda: torn_dir.is_dir() and any(p.name.startswith(".tmp-") for p in torn_dir.iterdir()), 90, proc
+    )
+    os.killpg(proc.pid, signal.SIGKILL)  # torchrun's group; its workers have their own sessions
+    proc.wait()
+    lines_after_kill = len(_progress(run))
+    time.sleep(1.5)  # the runtime makes workers die with their agent: nothing more is written
+    assert len(_progress(run)) == lines_after_kill
+    assert not (torn_dir / "manifest.json").exists()
+    assert store.complete_steps()[-1] == noticed
+
+    # 3. resume from the notice checkpoint (the torn one is ignored) and run to the end
+    assert _finish(_start(run)) == 0
+    resumed = [int(r["step"]) for r in _progress(run) if r.get("event") == "resumed"]  # type: ignore[call-overload]
+    assert resumed == [noticed, noticed]
+    finished = [r for r in _progress(run) if r.get("event") == "finished"]
+    assert len(finished) == 1 and finished[0]["metrics"]["accuracy"] > 0.5  # type: ignore[index]
+
+    want, got = _final_state(reference), _final_state(run)
+    _assert_identical(want["model"], got["model"], "model")
+    _assert_identical(want["optimizer"], got["optimizer"], "optimizer")
+    assert want["scheduler"] == got["scheduler"]
