@@ -1,6 +1,7 @@
 """One reconcile pass of a GPUJob against the API server: read, decide (pure), apply, write status.
 
-Kept apart from the kopf handlers so it can be called from anything (handlers, tests, a CLI).
+The decision is one call: :func:`operators.kubernetes.step.step`, which runs gpuctl's controller
+reconcile step on the job's status and pods. Kept apart from the kopf handlers so anything can call it.
 """
 
 from __future__ import annotations
@@ -12,22 +13,17 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from operators.kubernetes.decide import Decision, decide
+from operators.kubernetes.step import Decision, placement_from, step
+from orchestrator.backends.base import Placement
 from orchestrator.backends.kubernetes import client
 from orchestrator.backends.kubernetes.config import KubeConfig
 from orchestrator.backends.kubernetes.manifests import Owner, build_pod, build_service, service_name
-from orchestrator.backends.kubernetes.observe import pod_phase
 from orchestrator.backends.kubernetes.placement import choose_placement
-from orchestrator.catalog.offers import MarketKind, Offer, read_offers_csv
-from orchestrator.errors import GpuctlError, NotFoundError, SpecError
+from orchestrator.catalog.offers import MarketKind, read_offers_csv
+from orchestrator.controller.placement import placement_candidates
+from orchestrator.errors import GpuctlError, NotFoundError, SpecError, UserError
 from orchestrator.spec import JobSpec
 from orchestrator.state.status import JobStatus
-
-
-def price_catalog() -> list[Offer] | None:
-    """The chart's price catalog (``GPUCTL_PRICE_CATALOG``, a CSV file) or ``None`` for the built-in one."""
-    path = os.environ.get("GPUCTL_PRICE_CATALOG")
-    return read_offers_csv(path, "chart price catalog") if path else None
 
 
 def job_spec(name: str, namespace: str, spec: Mapping[str, Any]) -> JobSpec:
@@ -47,6 +43,31 @@ def status_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, An
     return patch
 
 
+def _candidates(spec: JobSpec) -> tuple[Placement | None, Placement | None]:
+    """Cheapest (spot, on-demand) placements; from the chart's price catalog when one is mounted."""
+    path = os.environ.get("GPUCTL_PRICE_CATALOG")
+    if not path:
+        return placement_candidates(spec)
+    offers = read_offers_csv(path, "chart price catalog")
+    found: list[Placement | None] = []
+    for market in (MarketKind.SPOT, MarketKind.ON_DEMAND):
+        try:
+            found.append(choose_placement(spec, market, offers))
+        except UserError:
+            found.append(None)
+    if found == [None, None]:
+        raise UserError(
+            f"the chart's price catalog has no offer of {', '.join(spec.resources.gpu_types)}",
+            "add rows to priceCatalog.csv in the chart values or change resources.gpu_types",
+        )
+    return found[0], found[1]
+
+
+def _created_at(body: Mapping[str, Any], now: datetime) -> datetime:
+    text = body.get("metadata", {}).get("creationTimestamp")
+    return datetime.fromisoformat(str(text).replace("Z", "+00:00")) if text else now
+
+
 def reconcile_job(
     name: str, namespace: str, config: KubeConfig, now: datetime, api: Any | None = None
 ) -> Decision | None:
@@ -62,19 +83,20 @@ def reconcile_job(
         return None
     try:
         spec = job_spec(name, namespace, body.get("spec") or {})
-        market = MarketKind(status["market"]) if status.get("market") else None
-        placement = choose_placement(spec, market, price_catalog())
+        candidates = _candidates(spec)
     except GpuctlError as err:
         failed = {**status, "state": str(JobStatus.FAILED), "message": err.message}
         client.patch_gpujob_status(name, namespace, status_patch(status, failed), api)
         return Decision(failed, events=(err.message,))
     pods = client.list_job_pods(name, namespace, api)
     nodes = client.list_node_names(api)
-    observed = [pod_phase(p, nodes) for p in pods]
-    decision = decide(spec, status, observed, placement, name, now, config.regrow_after_s)
+    decision = step(
+        spec, status, pods, nodes, candidates, name, _created_at(body, now), now, config.regrow_after_s
+    )
     for pod_to_delete in decision.delete:
         client.delete_pod(pod_to_delete, namespace, api=api)
-    if decision.create:
+    placement = placement_from(decision.status.get("placement"))
+    if decision.create and placement is not None:
         owner = Owner(name=name, uid=str(body["metadata"].get("uid", "")))
         client.ensure_service(build_service(name, namespace, config, owner), api)
         attempt = int(decision.status.get("attempt", 1))
