@@ -188,9 +188,15 @@ def _monitor_container(job: str, name: str, config: KubeConfig) -> dict[str, Any
         "command": ["python", "-m", "orchestrator.monitor"],
         "args": [
             f"--job={job}",
-            f"--node={name}",
             f"--port={config.monitor_port}",
+            "--cloud=auto",
             f"--notice-file={NOTICE_FILE}",
+            f"--summary-file={SHARED_DIR}/monitor-summary.jsonl",
+        ],
+        # No GPU request of its own: the NVIDIA runtime exposes the node's GPUs to read through NVML.
+        "env": [
+            {"name": contract.ENV_NODE_ID, "value": name},
+            {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
         ],
         "ports": [{"name": "metrics", "containerPort": config.monitor_port, "protocol": "TCP"}],
         "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},

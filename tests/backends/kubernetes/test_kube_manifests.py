@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from typing import Any
 
 import kubernetes_validate
@@ -13,6 +14,7 @@ from orchestrator.backends.kubernetes.config import KubeConfig
 from orchestrator.backends.kubernetes.manifests import Owner, build_pod, build_service, trainer_argv
 from orchestrator.catalog.offers import MarketKind
 from orchestrator.errors import UserError
+from orchestrator.monitor.app import add_monitor_arguments
 from orchestrator.spec import JobSpec
 
 KUBE_VERSION = "1.33"
@@ -139,7 +141,11 @@ def test_monitor_runs_as_native_sidecar() -> None:
     monitor = pod(spec())["spec"]["initContainers"][0]
     assert monitor["restartPolicy"] == "Always"
     assert monitor["command"] == ["python", "-m", "orchestrator.monitor"]
-    assert "--job=llm" in monitor["args"] and "--port=9400" in monitor["args"]
+    args = argparse.ArgumentParser()
+    add_monitor_arguments(args)  # the monitor's real command line accepts what the pod passes
+    parsed = args.parse_args(monitor["args"])
+    assert (parsed.job, parsed.port, parsed.cloud) == ("llm", 9400, "auto")
+    assert parsed.notice_file == "/gpuctl/shared/notice"
     assert monitor["securityContext"]["readOnlyRootFilesystem"] is True
 
 
