@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-os.environ["GPUCTL_RECONCILE_INTERVAL_S"] = "0.3"
+_saved_interval = os.environ.get("GPUCTL_RECONCILE_INTERVAL_S")
+os.environ["GPUCTL_RECONCILE_INTERVAL_S"] = "0.3"  # read when the handlers module is imported
 
 import kmock
 import kopf
@@ -19,6 +20,11 @@ import kubernetes.client as k8s
 
 import operators.kubernetes.handlers  # noqa: F401  (registers the handlers)
 from orchestrator.backends.kubernetes.crd import GROUP, PLURAL, VERSION
+
+if _saved_interval is None:
+    os.environ.pop("GPUCTL_RECONCILE_INTERVAL_S")
+else:
+    os.environ["GPUCTL_RECONCILE_INTERVAL_S"] = _saved_interval
 
 pytestmark = pytest.mark.asyncio
 
