@@ -14,12 +14,12 @@ import pytest_asyncio
 _saved_interval = os.environ.get("GPUCTL_RECONCILE_INTERVAL_S")
 os.environ["GPUCTL_RECONCILE_INTERVAL_S"] = "0.3"  # read when the handlers module is imported
 
-import kmock
-import kopf
-import kubernetes.client as k8s
+import kmock  # noqa: E402
+import kopf  # noqa: E402
+import kubernetes.client as k8s  # noqa: E402
 
-import operators.kubernetes.handlers  # noqa: F401  (registers the handlers)
-from orchestrator.backends.kubernetes.crd import GROUP, PLURAL, VERSION
+import operators.kubernetes.handlers  # noqa: E402, F401  (registers the handlers)
+from orchestrator.backends.kubernetes.crd import GROUP, PLURAL, VERSION  # noqa: E402
 
 if _saved_interval is None:
     os.environ.pop("GPUCTL_RECONCILE_INTERVAL_S")
