@@ -12,9 +12,11 @@ import pytest
 import pytest_asyncio
 
 from orchestrator.backends.base import Backend, LaunchRequest, NodePhase, Placement
+from orchestrator.backends.kubernetes import client
 from orchestrator.backends.kubernetes.backend import KubernetesBackend, pod_name_for
 from orchestrator.backends.kubernetes.config import KubeConfig
 from orchestrator.catalog.offers import MarketKind
+from orchestrator.errors import NotFoundError, PermanentError, TemporaryError, UserError
 from orchestrator.spec import JobSpec
 
 VERBS = {"list", "watch", "get", "create", "patch", "delete"}
@@ -73,3 +75,33 @@ async def test_launch_observe_stop(api: k8s.ApiClient) -> None:
 def test_pod_names_are_dns_labels() -> None:
     assert pod_name_for("Job_1/Attempt 2.node-0") == "job-1-attempt-2-node-0"
     assert len(pod_name_for("x" * 100)) == 63
+
+
+@pytest.mark.asyncio
+async def test_gpujob_client_functions(api: k8s.ApiClient) -> None:
+    spec = JobSpec.model_validate({"name": "job2", "command": "t.py", "labels": {"team": "a"}})
+    await asyncio.to_thread(client.create_gpujob, spec, "ml", api)
+    with pytest.raises(UserError, match="already exists"):
+        await asyncio.to_thread(client.create_gpujob, spec, "ml", api)
+    got = await asyncio.to_thread(client.get_gpujob, "job2", "ml", api)
+    assert got["kind"] == "GPUJob" and got["metadata"]["labels"] == {"team": "a"}
+    assert got["spec"]["command"] == "t.py" and got["spec"]["resources"]["nodes"] == 1
+    assert [j["metadata"]["name"] for j in await asyncio.to_thread(client.list_gpujobs, "ml", api)] == [
+        "job2"
+    ]
+    await asyncio.to_thread(client.delete_gpujob, "job2", "ml", api)
+    with pytest.raises(NotFoundError):
+        await asyncio.to_thread(client.get_gpujob, "job2", "ml", api)
+    with pytest.raises(NotFoundError, match="no pods"):
+        await asyncio.to_thread(client.pod_logs, "job2", "ml", None, None, api)
+
+
+def test_api_errors_map_to_gpuctl_errors() -> None:
+    def err(status: int) -> Exception:
+        return client.map_api_error(k8s.ApiException(status=status, reason="x"), "create GPUJob j")
+
+    assert isinstance(err(404), NotFoundError)
+    assert isinstance(err(403), PermanentError) and "RBAC" in str(err(403))
+    assert isinstance(err(422), UserError)
+    assert isinstance(err(503), TemporaryError)
+    assert isinstance(client.map_api_error(OSError("refused"), "list pods"), TemporaryError)
