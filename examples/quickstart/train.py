@@ -111,7 +111,8 @@ def main() -> None:
         optimizer.step()
         scheduler.step()
         t2 = time.perf_counter()
-        rt.step_done(step + 1, loss=total, data_s=t1 - t0, compute_s=t2 - t1)
+        batch = {"global_batch": part.global_batch, "accumulation_steps": part.accumulation_steps}
+        rt.step_done(step + 1, loss=total, data_s=t1 - t0, compute_s=t2 - t1, metrics=batch)
 
     model.eval()
     with torch.no_grad():
@@ -122,6 +123,8 @@ def main() -> None:
         print(f"test accuracy {accuracy:.4f} ({verdict} the target {TARGET_ACCURACY})", flush=True)
     rt.finish(metrics={"accuracy": accuracy})
     if distributed:
+        del ddp_model  # DDP holds the process group: free it before the group is destroyed
+        dist.barrier()
         dist.destroy_process_group()
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
 import os
 from datetime import UTC, datetime
@@ -14,6 +15,7 @@ from rich.console import Console
 from orchestrator.costs.html import to_html
 from orchestrator.costs.inputs import ReportInputs, read_inputs_file, read_ledger
 from orchestrator.costs.ledger import Window
+from orchestrator.costs.lost_work import lost_work_from_progress
 from orchestrator.costs.render import TABLE_ROWS, to_csv, to_json, to_table
 from orchestrator.costs.report import GroupBy, Report, build_report, parse_since, parse_window
 from orchestrator.errors import UserError
@@ -26,7 +28,13 @@ def gpuctl_home() -> Path:
 
 def load_report_inputs(home: Path, since: datetime | None = None) -> ReportInputs:
     """Read jobs and segments from the job store under ``home``."""
-    return read_ledger(store_module.open_store(home), since)
+    inputs = read_ledger(store_module.open_store(home), since)
+    lost = {}
+    for job in inputs.jobs:
+        found = lost_work_from_progress(home / "jobs" / job.id / "progress.jsonl")
+        if found is not None and found.steps:
+            lost[job.id] = found
+    return dataclasses.replace(inputs, lost={**inputs.lost, **lost})
 
 
 def _table_text(report: Report, limit: int | None) -> str:

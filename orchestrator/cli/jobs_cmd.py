@@ -14,13 +14,15 @@ from rich.live import Live
 from rich.table import Table
 
 from orchestrator.backends.base import Backend
-from orchestrator.backends.local.backend import LocalBackend, read_progress
+from orchestrator.backends.local.backend import LocalBackend
 from orchestrator.backends.local.market import SimulatedMarket, parse_schedule, preemption_schedule
+from orchestrator.backends.progress import read_progress
 from orchestrator.cli.views import job_document, live_table, summary_lines
 from orchestrator.controller.loop import Controller, ControllerLock, spawn_background_controller
 from orchestrator.controller.placement import placement_candidates
+from orchestrator.costs.budgets import CostConfig, check_submission, load_cost_config, team_month_spent
 from orchestrator.errors import UserError
-from orchestrator.spec import load_spec_file, parse_deadline
+from orchestrator.spec import JobSpec, MarketMode, load_spec_file, parse_deadline
 from orchestrator.state.store import JobStore
 
 BACKENDS = ["local"]
@@ -90,8 +92,8 @@ def _market_options(args: argparse.Namespace) -> dict[str, Any]:
 def run_submit(args: argparse.Namespace) -> int:
     now = datetime.now(UTC)
     spec = load_spec_file(args.file, now=now)
-    placement_candidates(spec)  # unknown GPU types and impossible zones fail here, before anything is stored
     store = JobStore()
+    _check_budgets(spec, store, now)  # unknown GPU types, impossible zones and budgets fail before anything is stored
     deadline = parse_deadline(spec.goals.deadline, now) if spec.goals.deadline else None
     job = store.create_job(
         name=spec.name, user=spec.user, team=spec.team, backend=args.backend, spec_json=spec.model_dump_json(),
@@ -114,6 +116,19 @@ def run_submit(args: argparse.Namespace) -> int:
         if controller is not None:
             controller.stop()
         lock.release()
+
+
+def _check_budgets(spec: JobSpec, store: JobStore, now: datetime) -> None:
+    """Refuse, with the numbers, a job whose first placement breaks a cap, its budget or its team's."""
+    spot, on_demand = placement_candidates(spec)
+    first = spot if spot is not None and spec.market.mode is not MarketMode.ON_DEMAND else on_demand
+    if first is None:
+        return
+    config_file = store.home / "config.yaml"
+    config = load_cost_config(config_file) if config_file.exists() else CostConfig()
+    spent = team_month_spent(store.list_jobs(), store.segments(), spec.team, now)
+    hourly = first.node_price_usd_per_hour * spec.resources.max_nodes
+    check_submission(spec, hourly, spent, config.team_budget(spec.team))
 
 
 def _follow(store: JobStore, job_id: str, controller: Controller | None) -> int:

@@ -22,6 +22,7 @@ COMMAND_MODULES = [
     "orchestrator.cli.cost_cmd",
     "orchestrator.cli.catalog_cmd",
     "orchestrator.cli.simulate_cmd",
+    "orchestrator.cli.slurm_cmd",
 ]
 
 

@@ -22,6 +22,7 @@ def register(sub: Any) -> None:
     diagnose = sub.add_parser(
         "diagnose", help="find input stalls, idle or oversized GPUs from monitor output"
     )
+    diagnose.add_argument("job", nargs="?", help="a gpuctl job: reads its progress and monitor files")
     diagnose.add_argument("--summaries", help="monitor window summary file (JSON lines)")
     diagnose.add_argument("--progress", help="training progress file with data_s/compute_s per step")
     diagnose.add_argument(
@@ -65,9 +66,31 @@ def catalog_candidates(gpu_type: str) -> tuple[float, list[Any]]:
     return own_memory, candidates
 
 
+JOB_SUMMARY_FILE = "monitor-summary.jsonl"
+"""Where a job's monitor window summaries live in its job folder."""
+
+
+def _fill_from_job(args: argparse.Namespace) -> None:
+    """``gpuctl diagnose JOB``: the job's progress file, monitor summaries and GPU type."""
+    from orchestrator.state.store import JobStore
+
+    store = JobStore()
+    job = store.job(args.job)
+    job_dir = store.job_dir(job.id)
+    if args.progress is None and (job_dir / "progress.jsonl").exists():
+        args.progress = str(job_dir / "progress.jsonl")
+    if args.summaries is None and (job_dir / JOB_SUMMARY_FILE).exists():
+        args.summaries = str(job_dir / JOB_SUMMARY_FILE)
+    segments = store.segments(job.id)
+    if args.gpu_type is None and segments:
+        args.gpu_type = segments[-1].gpu_type
+
+
 def run_diagnose(args: argparse.Namespace) -> int:
     from orchestrator.monitor.diagnosis import diagnose_files
 
+    if args.job:
+        _fill_from_job(args)
     memory = args.gpu_memory_gib
     candidates: list[Any] = []
     if args.gpu_type:

@@ -21,6 +21,9 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from orchestrator.backends.base import Backend
 from orchestrator.controller.driver import Driver
+from orchestrator.costs.budgets import load_cost_config
+from orchestrator.costs.inputs import read_ledger
+from orchestrator.costs.schedule import register_report_job
 from orchestrator.errors import GpuctlError
 from orchestrator.state.store import JobStore
 
@@ -105,7 +108,14 @@ class Controller:
             self.tick_all, "interval", seconds=self.tick_seconds, max_instances=1, coalesce=True,
             next_run_time=datetime.now(UTC), id="reconcile",
         )  # fmt: skip
+        self._schedule_reports()
         self.scheduler.start()
+
+    def _schedule_reports(self) -> None:
+        """Cost reports on the cron schedule of the controller config (``$GPUCTL_HOME/config.yaml``)."""
+        config_file = self.store.home / "config.yaml"
+        if config_file.exists():
+            register_report_job(self.scheduler, load_cost_config(config_file), lambda: read_ledger(self.store))
 
     def stop(self) -> None:
         if self.scheduler.running:

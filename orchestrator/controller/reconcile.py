@@ -7,7 +7,7 @@ backend. The same inputs always give the same actions, which is what the unit te
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 
 from orchestrator.backends.base import NodeObservation, NodePhase, Placement, Progress
@@ -18,6 +18,7 @@ from orchestrator.controller.actions import (
     CountRestart,
     MarkNodesEnded,
     OpenSegment,
+    RecordEvent,
     StartAttempt,
     StopNodes,
     Transition,
@@ -59,7 +60,6 @@ class JobView:
     restarts: int = 0
     preemptions: int = 0
     cancel_requested: bool = False
-    extra: dict[str, float] = field(default_factory=dict)
 
 
 def reconcile(view: JobView) -> list[Action]:
@@ -161,13 +161,13 @@ def _follow(view: JobView) -> list[Action]:
                 OpenSegment(len(alive)),
                 Transition(S.RESCALING, f"lost {len(ended)} node(s); continuing on {len(alive)}"),
             ]
-        return [
-            CountPreemption(),
-            StopNodes(_ids(alive), grace, "attempt preempted"),
-            *_close(view, "preempted"),
-            MarkNodesEnded(_ids(nodes)),
-            Transition(S.PREEMPTED, f"{len(gone) or len(failed)} node(s) reclaimed by the market"),
-        ]
+        ending = [CountPreemption(), StopNodes(_ids(alive), grace, "attempt preempted"), *_close(view, "preempted"),
+                  MarkNodesEnded(_ids(nodes))]  # fmt: skip
+        limit = spec.recovery.max_preemptions
+        if limit is not None and view.preemptions + 1 > limit:
+            why = f"preempted {view.preemptions + 1} times, more than recovery.max_preemptions ({limit})"
+            return [*ending, Transition(S.FAILED, why, FailureReason.TOO_MANY_RESTARTS)]
+        return [*ending, Transition(S.PREEMPTED, f"{len(gone) or len(failed)} node(s) reclaimed by the market")]
 
     # 6d. The training command failed on its own: retry within max_restarts.
     if failed:
@@ -188,13 +188,13 @@ def _follow(view: JobView) -> list[Action]:
     # 6e. Elastic growth: capacity came back. Every node saves a checkpoint and exits, then step 5
     #     relaunches on more nodes (re-rendezvous of a growing torchrun world proved unreliable).
     if not succeeded and not finished and _growth(view, len(alive)) > 0:
+        why = f"capacity returned; restarting on up to {spec.resources.max_nodes} node(s) from a checkpoint"
         return [
             StopNodes(_ids(alive), grace, "growing"),
             *_close(view, "rescaled"),
             MarkNodesEnded(_ids(nodes)),
-            Transition(S.RESCALING, f"capacity returned; restarting on up to {spec.resources.max_nodes} node(s) "
-                       "from a checkpoint"),
-        ]  # fmt: skip
+            Transition(S.RESCALING, why) if view.status is not S.RESCALING else RecordEvent("rescale", why),
+        ]
 
     # 6f. Training is under way.
     if view.status in (S.LAUNCHING, S.RESCALING) and view.progress is not None and view.progress_fresh:

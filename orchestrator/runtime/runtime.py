@@ -120,6 +120,7 @@ class Runtime:
         self._last_step = 0
         self._writer: threading.Thread | None = None
         self._buffers: BufferCache = {}
+        self._last_written_step: int | None = None
 
     @classmethod
     def from_env(
@@ -174,6 +175,7 @@ class Runtime:
         restore_rng(rngs[self.rank % len(rngs)])
         self.extra.update(state.get("extra", {}))
         self.last_checkpoint_step = step
+        self._last_written_step = step
         self._last_step = step
         self._last_checkpoint_time = time.monotonic()
         self.progress.event("resumed", step, world_size=self.world_size, saved_world_size=len(rngs))
@@ -209,12 +211,17 @@ class Runtime:
         """Any rank's notice counts for all; rank 0's clock decides time-based checkpoints."""
         if not _distributed() or self.world_size == 1:
             return notice, time_due
-        device = "cuda" if dist.get_backend() == "nccl" else "cpu"
         flags = torch.tensor(
-            [int(notice), int(time_due and self.rank == 0)], dtype=torch.int32, device=device
+            [int(notice), int(time_due and self.rank == 0)],
+            dtype=torch.int32,
+            device=self._collective_device(),
         )
         dist.all_reduce(flags, op=dist.ReduceOp.MAX)
         return bool(flags[0].item()), bool(flags[1].item())
+
+    @staticmethod
+    def _collective_device() -> str:
+        return "cuda" if dist.get_backend() == "nccl" else "cpu"
 
     # ---- checkpoints ----------------------------------------------------------------------------
 
@@ -266,6 +273,7 @@ class Runtime:
             if raise_errors:
                 raise
             return
+        self._last_written_step = step
         self.progress.event("checkpoint", step)
 
     def wait(self) -> None:
@@ -276,9 +284,18 @@ class Runtime:
 
     # ---- the end ----------------------------------------------------------------------------
 
-    def _exit_for_notice(self, step: int) -> None:
+    def _needs_final_checkpoint(self, step: int) -> bool:
+        """True unless ``step`` is already safely written (rank 0 knows; all ranks agree)."""
         self.wait()
-        if self.last_checkpoint_step != step:
+        missing = self.last_checkpoint_step != step or (self.rank == 0 and self._last_written_step != step)
+        if _distributed() and self.world_size > 1:
+            flag = torch.tensor([int(missing)], dtype=torch.int32, device=self._collective_device())
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+            missing = bool(flag.item())
+        return missing
+
+    def _exit_for_notice(self, step: int) -> None:
+        if self._needs_final_checkpoint(step):
             self.checkpoint(step, sync=True)
         elif _distributed():
             dist.barrier()
@@ -295,8 +312,7 @@ class Runtime:
     def finish(self, metrics: dict[str, Any] | None = None, step: int | None = None) -> None:
         """Write the final checkpoint (if not already there) and the ``finished`` progress line."""
         step = self._last_step if step is None else step
-        self.wait()
-        if self.last_checkpoint_step != step:
+        if self._needs_final_checkpoint(step):
             self.checkpoint(step, sync=True)
         self.progress.event("finished", step, metrics=metrics or {})
         self.notice.uninstall()

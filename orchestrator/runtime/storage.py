@@ -162,7 +162,9 @@ class S3Storage:
         return body
 
     def local_copy(self, rel: str) -> Path:
-        target = self._cache / rel.replace("/", "__")
+        for old in self._cache.glob("dl-*"):  # keep at most one downloaded checkpoint file
+            old.unlink(missing_ok=True)
+        target = self._cache / ("dl-" + rel.replace("/", "__"))
         self._call("download", self._client.download_file, self.bucket, self._key(rel), str(target))
         return target
 

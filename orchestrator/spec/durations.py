@@ -57,7 +57,7 @@ def parse_deadline(text: str | int | float | datetime, now: datetime) -> datetim
 
 def format_duration(seconds: float) -> str:
     """``3725`` -> ``"1h02m05s"``; short and stable, for tables and logs."""
-    seconds = max(0, int(round(seconds)))
+    seconds = max(0, round(seconds))
     h, rest = divmod(seconds, 3600)
     m, s = divmod(rest, 60)
     if h:

@@ -1,4 +1,4 @@
-"""Helpers to run the real `gpuctl` CLI against a private GPUCTL_HOME."""
+"""Helpers to run the real `gpuctl` CLI against a private GPUCTL_HOME (fixture `gpuctl` in tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 TINY = Path(__file__).parent / "fixtures" / "tiny_ddp.py"
 REPO = Path(__file__).resolve().parents[2]
@@ -55,8 +53,3 @@ def write_job(folder: Path, name: str, body: str) -> Path:
     path = folder / f"{name}.yaml"
     path.write_text(f"name: {name}\n{body}")
     return path
-
-
-@pytest.fixture
-def gpuctl(tmp_path: Path) -> Gpuctl:
-    return Gpuctl(tmp_path / "home")

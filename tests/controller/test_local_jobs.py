@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -28,7 +29,7 @@ def _assert_consistent_segments(doc: dict[str, Any]) -> None:
     for seg in segments:
         assert seg["ended_at"] is not None, f"open segment left behind: {seg}"
         assert seg["ended_at"] >= seg["started_at"]
-    for before, after in zip(segments, segments[1:], strict=False):
+    for before, after in itertools.pairwise(segments):
         assert datetime.fromisoformat(after["started_at"]) >= datetime.fromisoformat(before["ended_at"]), segments
     assert abs(doc["cost_usd"] - sum(s["cost_usd"] for s in segments)) < 1e-5
 
@@ -123,15 +124,21 @@ def _kill_controller(home: Path) -> None:
         time.sleep(0.1)
 
 
-def _wait_no_node_processes(job_dir: Path, timeout: float = 30) -> None:
+def _wait_no_node_processes(job_dir: Path, timeout: float = 45) -> None:
+    """No process of the job is left: runners, agents, workers (found by their GPUCTL_JOB_ID)."""
+    marker = f"GPUCTL_JOB_ID={job_dir.name}".encode()
     deadline = time.monotonic() + timeout
+    alive: list[int] = []
     while time.monotonic() < deadline:
         alive = []
-        for pid_file in job_dir.glob("attempt-*/*/runner.pid"):
-            pid = int(pid_file.read_text())
-            if Path(f"/proc/{pid}").exists() and "Z" not in Path(f"/proc/{pid}/stat").read_text().split(")")[1][:3]:
-                alive.append(pid)
+        for proc in Path("/proc").iterdir():
+            try:
+                ours = proc.name.isdigit() and marker in (proc / "environ").read_bytes().split(b"\0")
+                if ours and (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                    alive.append(int(proc.name))
+            except OSError:
+                continue
         if not alive:
             return
         time.sleep(0.5)
-    raise AssertionError(f"node processes still running: {alive}")
+    raise AssertionError(f"processes of {job_dir.name} still running: {alive}")

@@ -178,3 +178,18 @@ def test_deadline_passed_while_waiting_fails_with_reason() -> None:
 
 def test_terminal_is_quiet() -> None:
     assert reconcile(view(status=S.SUCCEEDED)) == []
+
+
+def test_growth_while_still_rescaling_records_an_event_instead_of_a_transition() -> None:
+    v = running("resources: {nodes: {min: 1, max: 2}}\n", status=S.RESCALING, nodes=(node(0, NodePhase.RUNNING),),
+                open_segment_nodes=1, spot_capacity=2)  # fmt: skip
+    actions = reconcile(v)
+    assert targets(actions) == [] and StopNodes(("t-a1-n0",), 30.0, "growing") in actions
+
+
+def test_max_preemptions_ends_the_job() -> None:
+    v = running("resources: {nodes: 2}\nrecovery: {max_preemptions: 2}\n", preemptions=2, preempted_in_attempt=True,
+                nodes=(node(0, NodePhase.RUNNING), node(1, NodePhase.PREEMPTED, 1, notice=True)))  # fmt: skip
+    (t,) = [a for a in reconcile(v) if isinstance(a, Transition)]
+    assert t.target is S.FAILED and t.reason is FailureReason.TOO_MANY_RESTARTS and "max_preemptions (2)" in t.message
+    assert targets(reconcile(replace(v, preemptions=1))) == [S.PREEMPTED]

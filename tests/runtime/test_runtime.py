@@ -13,7 +13,7 @@ from torch import nn
 
 from orchestrator.contract import PREEMPTED_EXIT_CODE
 from orchestrator.errors import UserError
-from orchestrator.runtime import NoticeWatcher, Runtime, parse_signal
+from orchestrator.runtime import LocalStorage, NoticeWatcher, Runtime, parse_signal
 
 
 def _setup(seed: int = 0) -> tuple[nn.Module, torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
@@ -172,4 +172,29 @@ def test_snapshot_buffers_are_reused_but_each_checkpoint_keeps_its_values(tmp_pa
         assert torch.equal(saved_first[name], tensor)
         assert torch.equal(saved_second[name], model.state_dict()[name])
     assert not all(torch.equal(saved_first[n], saved_second[n]) for n in first)
+    rt.notice.uninstall()
+
+
+class _FailingStorage(LocalStorage):
+    def write(self, rel: str, fill: object, *, inject_delay: bool = False) -> tuple[str, int]:
+        raise OSError("disk full")
+
+
+def test_failed_background_write_is_reported_and_training_goes_on(tmp_path: Path) -> None:
+    model, opt, sched = _setup()
+    progress = tmp_path / "p.jsonl"
+    rt = Runtime(
+        model,
+        opt,
+        sched,
+        storage=_FailingStorage(tmp_path / "ck"),
+        every_steps=1,
+        progress_file=str(progress),
+    )
+    _train(rt, model, opt, sched, 0, 2)
+    rt.wait()
+    failed = [ln for ln in _lines(progress) if ln.get("event") == "checkpoint_failed"]
+    assert [ln["step"] for ln in failed] == [1, 2] and "disk full" in str(failed[0]["error"])
+    with pytest.raises(OSError):
+        rt.finish()  # the final checkpoint is synchronous: its failure is raised
     rt.notice.uninstall()

@@ -55,3 +55,23 @@ def test_s3_round_trip_keep_and_torn(s3_endpoint: str) -> None:
     assert (store.load_latest() or (None,))[0] == 2
     keys = [o["Key"] for o in client.list_objects_v2(Bucket="ckpt")["Contents"]]
     assert f"jobs/quickstart/{step_dir(2)}/{MANIFEST}" in keys
+
+
+def test_runtime_from_env_with_s3(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from orchestrator.runtime import Runtime
+
+    monkeypatch.setenv("GPUCTL_CHECKPOINT_DIR", "s3://ckpt/rt")
+    monkeypatch.setenv("GPUCTL_CHECKPOINT_EVERY_STEPS", "1")
+    model = torch.nn.Linear(3, 1)
+    rt = Runtime.from_env(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    try:
+        rt.step_done(1)
+        rt.wait()
+        with torch.no_grad():
+            model.weight.add_(1.0)
+        assert rt.resume() == 1
+        fresh = Runtime.from_env(torch.nn.Linear(3, 1))
+        assert fresh.resume() == 1 and torch.equal(fresh.model.weight, model.weight)
+        fresh.notice.uninstall()
+    finally:
+        rt.notice.uninstall()

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from orchestrator.errors import InternalError
@@ -11,7 +13,7 @@ S = JobStatus
 def test_happy_path_and_recovery_loop_are_allowed() -> None:
     path = [S.PENDING, S.PLACING, S.LAUNCHING, S.RUNNING, S.PREEMPTED, S.RECOVERING, S.LAUNCHING, S.RUNNING,
             S.RESCALING, S.RUNNING, S.SUCCEEDED]  # fmt: skip
-    for a, b in zip(path, path[1:], strict=False):
+    for a, b in itertools.pairwise(path):
         check_transition(a, b)
 
 

@@ -15,7 +15,6 @@ restarted controller finds running nodes again and never starts one twice.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import socket
@@ -26,8 +25,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from orchestrator import contract
-from orchestrator.backends.base import AttemptObservation, LaunchRequest, NodeObservation, NodePhase, Progress
+from orchestrator.backends.base import AttemptObservation, LaunchRequest, NodeObservation, NodePhase
 from orchestrator.backends.local.market import SimulatedMarket
+from orchestrator.backends.progress import read_progress
 from orchestrator.state.store import JobStore
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[3]
@@ -61,11 +61,11 @@ class LocalBackend:
         port = _free_port()
         port_file.write_text(str(port))
         env = {**os.environ, contract.ENV_NODE_ID: store_id, "PYTHONPATH": _pythonpath()}
-        subprocess.Popen(
-            [sys.executable, "-m", "orchestrator.backends.local.rendezvous", str(port), str(pid_file)],
-            env=env, start_new_session=True, stdin=subprocess.DEVNULL,
-            stdout=open(attempt_dir / "rendezvous.log", "ab"), stderr=subprocess.STDOUT,
-        )  # fmt: skip
+        with open(attempt_dir / "rendezvous.log", "ab") as log:
+            subprocess.Popen(
+                [sys.executable, "-m", "orchestrator.backends.local.rendezvous", str(port), str(pid_file)],
+                env=env, start_new_session=True, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            )  # fmt: skip
         _wait_for_port(port)
         return port
 
@@ -107,13 +107,12 @@ class LocalBackend:
             env[contract.ENV_GLOBAL_BATCH] = str(spec.policies.global_batch)
         if spec.setup:
             env["GPUCTL_SETUP"] = spec.setup
-        log = open(node_dir / "output.log", "ab")
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "orchestrator.backends.local.node_runner", str(node_dir), "--", *torchrun],
-            cwd=spec.workdir, env=env, start_new_session=True, stdin=subprocess.DEVNULL,
-            stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        log.close()
+        with open(node_dir / "output.log", "ab") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "orchestrator.backends.local.node_runner", str(node_dir), "--", *torchrun],
+                cwd=spec.workdir, env=env, start_new_session=True, stdin=subprocess.DEVNULL,
+                stdout=log, stderr=subprocess.STDOUT,
+            )  # fmt: skip
         (node_dir / "runner.pid").write_text(str(proc.pid))
 
     # --- observing ------------------------------------------------------------------------------
@@ -177,7 +176,10 @@ class LocalBackend:
             if not _alive(pid, node_id) or (node_dir / "kill_at").exists():
                 continue
             (node_dir / "kill_at").write_text(str(now.timestamp() + grace_s))
-            _signal_group(pid, signal.SIGTERM if grace_s > 0 else signal.SIGKILL)
+            if grace_s > 0:
+                _signal_group(pid, signal.SIGTERM)
+            else:
+                _kill_node(pid, node_id)
 
     def enforce(self, job_id: str, attempt: int, node_ids: Sequence[str], now: datetime) -> None:
         """Kill nodes whose grace period is over; stop the rendezvous once no node is left."""
@@ -190,7 +192,7 @@ class LocalBackend:
                 continue
             kill_at = node_dir / "kill_at"
             if kill_at.exists() and now.timestamp() >= float(kill_at.read_text()):
-                _signal_group(pid, signal.SIGKILL)
+                _kill_node(pid, node_id)
             else:
                 any_alive = True
         if not any_alive:
@@ -210,52 +212,6 @@ class LocalBackend:
 
 def _node_index(node_id: str) -> int:
     return int(node_id.rsplit("-n", 1)[1])
-
-
-def read_progress(path: Path) -> Progress | None:
-    """The newest step line of the progress file, with the final metrics if training finished."""
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            fh.seek(max(0, fh.tell() - 16384))
-            lines = fh.read().decode("utf-8", "replace").splitlines()
-    except OSError:
-        return None
-    step_line: dict[str, object] | None = None
-    finished: dict[str, object] | None = None
-    for line in reversed(lines):
-        try:
-            doc = json.loads(line)
-        except ValueError:
-            continue
-        if finished is None and doc.get("event") == "finished":
-            finished = doc
-        if "event" not in doc and "step" in doc:
-            step_line = doc
-            break
-        if doc.get("event") in ("preempted", "started"):
-            break  # a later attempt started: an older "finished" no longer holds
-    base = step_line or finished
-    if base is None:
-        return None
-    metrics = {k: float(v) for k, v in dict(finished.get("metrics") or {}).items()} if finished else {}  # type: ignore[call-overload]
-    return Progress(
-        step=int(finished["step"] if finished and "step" in finished else base.get("step", 0)),  # type: ignore[call-overload]
-        total_steps=_opt_int(base.get("total_steps")),
-        loss=_opt_float(base.get("loss")),
-        world_size=_opt_int(base.get("world_size")),
-        finished=finished is not None,
-        metrics=metrics,
-        time=datetime.fromisoformat(str(base["time"])) if base.get("time") else None,
-    )
-
-
-def _opt_int(v: object) -> int | None:
-    return int(v) if isinstance(v, int | float) else None
-
-
-def _opt_float(v: object) -> float | None:
-    return float(v) if isinstance(v, int | float) else None
 
 
 def _pythonpath() -> str:
@@ -289,6 +245,21 @@ def _signal_group(pid: int | None, sig: signal.Signals) -> None:
         return
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
+
+
+def _kill_node(pid: int | None, node_id: str) -> None:
+    """SIGKILL a node: its process group, and every process carrying its id in the environment
+    (torchrun starts workers in sessions of their own, so the group alone would orphan them)."""
+    _signal_group(pid, signal.SIGKILL)
+    marker = f"{contract.ENV_NODE_ID}={node_id}".encode()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if marker in (proc / "environ").read_bytes().split(b"\0"):
+                os.kill(int(proc.name), signal.SIGKILL)
+        except (OSError, ProcessLookupError):
+            continue
 
 
 def _reap_children() -> None:

@@ -1,0 +1,60 @@
+"""Reading the training progress file (format in :mod:`orchestrator.contract`), for every backend."""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime
+from pathlib import Path
+
+from orchestrator.backends.base import Progress
+
+TAIL_BYTES = 16384
+
+
+def read_progress(path: Path) -> Progress | None:
+    """The newest step line of the progress file, with the final metrics if training finished."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - TAIL_BYTES))
+            lines = fh.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return None
+    step_line: dict[str, object] | None = None
+    finished: dict[str, object] | None = None
+    for line in reversed(lines):
+        try:
+            doc = json.loads(line)
+        except ValueError:
+            continue
+        if finished is None and doc.get("event") == "finished":
+            finished = doc
+        if "event" not in doc and "step" in doc:
+            step_line = doc
+            break
+        if doc.get("event") in ("preempted", "started", "resumed"):
+            break  # a later attempt started: an older "finished" no longer holds
+    base = step_line or finished
+    if base is None:
+        return None
+    metrics = {k: float(v) for k, v in dict(finished.get("metrics") or {}).items()} if finished else {}  # type: ignore[call-overload]
+    return Progress(
+        step=int(finished["step"] if finished and "step" in finished else base.get("step", 0)),  # type: ignore[call-overload]
+        total_steps=_opt_int(base.get("total_steps")),
+        loss=_opt_float(base.get("loss")),
+        world_size=_opt_int(base.get("world_size")),
+        finished=finished is not None,
+        metrics=metrics,
+        time=datetime.fromisoformat(str(base["time"])) if base.get("time") else None,
+    )
+
+
+def _opt_int(v: object) -> int | None:
+    return int(v) if isinstance(v, int | float) else None
+
+
+def _opt_float(v: object) -> float | None:
+    return float(v) if isinstance(v, int | float) else None
+
+

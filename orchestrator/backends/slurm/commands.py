@@ -1,0 +1,139 @@
+"""Running SLURM's client commands, with their failures turned into gpuctl errors."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Sequence
+
+from orchestrator.backends.slurm.parse import SlurmJob, json_errors, parse_scontrol_job, parse_squeue_json
+from orchestrator.errors import EnvironmentProblem, TemporaryError, UserError
+
+_UNREACHABLE = (
+    "Failed while looking for jobs",
+    "Unable to contact slurm controller",
+    "Socket timed out",
+    "Connection refused",
+    "Zero Bytes were transmitted",
+    "Communication connection failure",
+)
+
+
+def run_slurm(argv: Sequence[str], stdin: str | None = None, timeout_s: float = 30.0) -> str:
+    """Run one SLURM command (a list of arguments: no shell) and return its stdout."""
+    try:
+        done = subprocess.run(
+            list(argv), input=stdin, capture_output=True, text=True, timeout=timeout_s, check=False
+        )
+    except FileNotFoundError as exc:
+        raise EnvironmentProblem(
+            f"`{argv[0]}` was not found: the SLURM client commands are not installed on this machine",
+            "install them (Debian/Ubuntu: `apt-get install slurm-client`) or add them to PATH, "
+            "and set SLURM_CONF if the cluster's slurm.conf is not in /etc/slurm",
+        ) from exc
+    except subprocess.TimeoutExpired as exc:
+        raise TemporaryError(
+            f"`{' '.join(argv[:2])}` did not answer in {timeout_s:.0f} s",
+            "check that slurmctld is up (`scontrol ping`)",
+        ) from exc
+    if done.returncode != 0:
+        raise slurm_error(list(argv), done.stderr.strip() or done.stdout.strip())
+    return done.stdout
+
+
+def slurm_error(argv: list[str], message: str) -> Exception:
+    """The gpuctl error for a failed SLURM command's message."""
+    command = " ".join(argv[:1])
+    if any(text in message for text in _UNREACHABLE):
+        return TemporaryError(
+            f"slurmctld is unreachable ({command}: {message})",
+            "start slurmctld or check SlurmctldHost/port in slurm.conf (SLURM_CONF); `scontrol ping` tells",
+            retry_after_s=10.0,
+        )
+    if (
+        "Could not establish a configuration source" in message
+        or "Unable to process configuration" in message
+    ):
+        return EnvironmentProblem(
+            f"SLURM's configuration was not found ({command}: {message.splitlines()[-1]})",
+            "set SLURM_CONF to the cluster's slurm.conf (or install it as /etc/slurm/slurm.conf)",
+        )
+    if "Invalid partition" in message or "invalid partition" in message:
+        return UserError(
+            f"the SLURM partition does not exist ({message})",
+            "set `partitions:` in the SLURM cluster config to partitions that `sinfo -s` lists",
+        )
+    if "Invalid qos" in message:
+        return UserError(
+            f"the SLURM QOS is not allowed ({message})", "fix `qos:` in the SLURM cluster config"
+        )
+    if "Invalid generic resource" in message or "Invalid Trackable RESource" in message:
+        return UserError(
+            f"the cluster has no such GRES ({message})",
+            "map the GPU type to a GRES type of the cluster in `gres_types:` (`sinfo -o %G` lists them)",
+        )
+    return TemporaryError(f"{command} failed: {message}", "see the message above; retrying may help")
+
+
+def submit(sbatch_args: Sequence[str], script: str) -> int:
+    """``sbatch --parsable`` with the script on stdin; returns the SLURM job id."""
+    out = run_slurm(["sbatch", "--parsable", *sbatch_args], stdin=script)
+    return int(out.strip().split(";")[0])
+
+
+def list_jobs() -> list[SlurmJob]:
+    """All jobs slurmctld still remembers (finished ones for MinJobAge)."""
+    argv = ["squeue", "--states=all", "--json"]
+    out = run_slurm(argv)
+    try:
+        errors = json_errors(out)
+    except ValueError as exc:
+        raise slurm_error(argv, f"unreadable output ({exc})") from exc
+    if errors:  # squeue --json exits 0 even when slurmctld did not answer
+        raise slurm_error(argv, "; ".join(errors))
+    return parse_squeue_json(out)
+
+
+def show_job(slurm_id: int) -> SlurmJob | None:
+    try:
+        out = run_slurm(["scontrol", "show", "job", "-o", str(slurm_id)])
+    except TemporaryError as err:
+        if "Invalid job id" in err.what:
+            return None
+        raise
+    return parse_scontrol_job(out.strip().splitlines()[0]) if out.strip() else None
+
+
+def cancel(slurm_id: int, signal: str | None = None, batch_only: bool = False) -> None:
+    argv = ["scancel"]
+    if signal:
+        argv.append(f"--signal={signal}")
+    if batch_only:
+        argv.append("--batch")
+    try:
+        run_slurm([*argv, str(slurm_id)])
+    except TemporaryError as err:
+        if "already completing or completed" not in err.what and "Invalid job id" not in err.what:
+            raise
+
+
+def gres_types_of_partition(partition: str | None) -> set[str]:
+    """GRES types (``gpu:TYPE:N`` -> TYPE) the partition's nodes offer."""
+    argv = ["sinfo", "--noheader", "--format=%G"]
+    if partition:
+        argv.append(f"--partition={partition}")
+    types = set()
+    for entry in run_slurm(argv).replace("\n", ",").split(","):
+        parts = entry.split("(")[0].split(":")
+        if len(parts) >= 3 and parts[0] == "gpu":
+            types.add(parts[1])
+    return types
+
+
+def partitions() -> set[str]:
+    out = run_slurm(["sinfo", "--noheader", "--format=%R"])
+    return {line.strip() for line in out.splitlines() if line.strip()}
+
+
+def idle_nodes(partition: str) -> int:
+    out = run_slurm(["sinfo", "--noheader", f"--partition={partition}", "--states=idle", "--format=%D"])
+    return sum(int(line) for line in out.split() if line.isdigit())

@@ -1,0 +1,219 @@
+"""The sbatch script of one attempt.
+
+Every value that comes from a job spec (env values, command arguments, paths, setup) is passed
+through :func:`shlex.quote`; names that go into ``#SBATCH`` lines must be plain tokens.
+
+The batch shell traps the notice signals and forwards SIGTERM (the runtime's notice signal) to the
+job step with ``scancel --signal=TERM``, never by killing ``srun`` (that would SIGKILL the tasks
+before they checkpoint):
+
+* USR1 (``--signal=B:USR1@GRACE`` before the time limit, or :meth:`SlurmBackend.notify`): forward,
+  wait for the step, then ``scontrol requeue`` so the job resumes from its checkpoint;
+* USR2 (:meth:`SlurmBackend.stop`): forward, wait, then cancel the job (CANCELLED, no requeue);
+* TERM (``scancel``, or SLURM preempting the job, which requeues it by itself under
+  ``PreemptMode=REQUEUE``): forward, wait, exit with the step's code.
+
+A step that exits with :data:`~orchestrator.contract.PREEMPTED_EXIT_CODE` by itself (a notice file
+from the monitor) is requeued too; a step that finished (exit code 0) is never requeued or cancelled.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator import contract
+from orchestrator.backends.base import LaunchRequest
+from orchestrator.backends.slurm.config import SlurmClusterConfig
+from orchestrator.errors import UserError
+from orchestrator.spec import parse_duration
+
+_TOKEN = re.compile(r"^[A-Za-z0-9_.:@+/-]+$")
+JOB_NAME_PREFIX = "gpuctl-"
+
+
+@dataclass(frozen=True)
+class BatchJob:
+    """What ``sbatch`` gets: its arguments (no shell involved) and the script on stdin."""
+
+    sbatch_args: list[str]
+    script: str
+    output_path: Path
+    slurm_name: str
+
+
+def slurm_job_name(job_id: str) -> str:
+    return JOB_NAME_PREFIX + job_id
+
+
+def output_path(job_dir: Path, attempt: int) -> Path:
+    return job_dir / f"slurm-attempt-{attempt}.out"
+
+
+def runs_path(job_dir: Path) -> Path:
+    return job_dir / "slurm-runs.log"
+
+
+def progress_path(job_dir: Path) -> Path:
+    return job_dir / "progress.jsonl"
+
+
+def _token(value: str, what: str) -> str:
+    if not _TOKEN.match(value):
+        raise UserError(
+            f"{what} {value!r} cannot go into an sbatch option",
+            "use only letters, digits and . _ : @ + / - in GPU type, partition, QOS names and job ids",
+        )
+    return value
+
+
+def format_time_limit(seconds: float) -> str:
+    """SLURM's ``D-HH:MM:SS``, rounded up to the minute."""
+    minutes = max(1, math.ceil(seconds / 60))
+    days, rest = divmod(minutes, 24 * 60)
+    return f"{days}-{rest // 60:02d}:{rest % 60:02d}:00"
+
+
+def time_limit(request: LaunchRequest, config: SlurmClusterConfig) -> str:
+    deadline = request.spec.goals.deadline
+    if deadline:
+        try:
+            return format_time_limit(parse_duration(deadline).total_seconds())
+        except ValueError:  # an absolute time: the cluster default applies
+            pass
+    return _token(config.time_limit, "time limit")
+
+
+def sbatch_options(request: LaunchRequest, config: SlurmClusterConfig) -> list[str]:
+    spec, placement = request.spec, request.placement
+    name = slurm_job_name(_token(request.job_id, "job id"))
+    nodes = (
+        str(request.min_nodes)
+        if request.min_nodes == request.max_nodes
+        else (f"{request.min_nodes}-{request.max_nodes}")
+    )
+    gres = _token(config.gres_type(placement.gpu_type), "GRES type")
+    grace = max(1, math.ceil(spec.checkpoint.notice_grace_seconds))
+    options = [
+        f"--job-name={name}",
+        f"--comment=gpuctl:{request.job_id}:{request.attempt}:{_token(placement.gpu_type, 'GPU type')}",
+        f"--nodes={nodes}",
+        "--ntasks-per-node=1",
+        f"--gres=gpu:{gres}:{placement.gpus_per_node}",
+        f"--signal=B:USR1@{grace}",
+        "--requeue",
+        "--open-mode=append",
+        f"--time={time_limit(request, config)}",
+    ]
+    if spec.resources.cpus_per_node:
+        options.append(f"--cpus-per-task={math.ceil(spec.resources.cpus_per_node)}")
+    if spec.resources.memory_gib_per_node:
+        options.append(f"--mem={math.ceil(spec.resources.memory_gib_per_node * 1024)}M")
+    partition = config.partition(placement.market)
+    if partition:
+        options.append(f"--partition={_token(partition, 'partition')}")
+    qos = config.qos.get(placement.market)
+    if qos:
+        options.append(f"--qos={_token(qos, 'QOS')}")
+    return options
+
+
+def contract_env(request: LaunchRequest) -> dict[str, str]:
+    """The :mod:`orchestrator.contract` variables (the attempt number is computed in the script)."""
+    spec = request.spec
+    env = {
+        contract.ENV_JOB_ID: request.job_id,
+        contract.ENV_CHECKPOINT_DIR: request.checkpoint_dir,
+        contract.ENV_CHECKPOINT_KEEP: str(spec.checkpoint.keep),
+        contract.ENV_PROGRESS_FILE: str(progress_path(request.job_dir)),
+        contract.ENV_NOTICE_SIGNAL: contract.DEFAULT_NOTICE_SIGNAL.name,
+    }
+    if spec.checkpoint.every_steps:
+        env[contract.ENV_CHECKPOINT_EVERY_STEPS] = str(spec.checkpoint.every_steps)
+    if spec.checkpoint.every:
+        env[contract.ENV_CHECKPOINT_EVERY_SECONDS] = str(
+            int(parse_duration(spec.checkpoint.every).total_seconds())
+        )
+    if spec.policies.global_batch:
+        env[contract.ENV_GLOBAL_BATCH] = str(spec.policies.global_batch)
+    return env
+
+
+_STEP_LOOP = """\
+notice=""
+forward_notice() {
+    notice=$1
+    scancel --signal=TERM "$SLURM_JOB_ID"
+}
+trap 'forward_notice requeue' USR1
+trap 'forward_notice stop' USR2
+trap 'forward_notice term' TERM
+"""
+
+_WAIT_AND_REQUEUE = """\
+step_pid=$!
+while :; do
+    wait "$step_pid"
+    rc=$?
+    kill -0 "$step_pid" 2>/dev/null || break
+done
+echo "end $SLURM_JOB_ID ${SLURM_RESTART_COUNT:-0} $(date +%s) $rc $notice" >>"$runs_file"
+if [[ $rc -ne 0 && ( $notice == requeue || ( $rc -eq PREEMPTED && -z $notice ) ) ]]; then
+    echo "gpuctl: requeueing job $SLURM_JOB_ID (notice=${notice:-none}, step exit code $rc)" >&2
+    scontrol requeue "$SLURM_JOB_ID"
+    exit 0
+fi
+if [[ $rc -ne 0 && $notice == stop ]]; then
+    scancel "$SLURM_JOB_ID"
+fi
+exit "$rc"
+"""
+
+
+def render_batch_job(request: LaunchRequest, config: SlurmClusterConfig) -> BatchJob:
+    spec, q = request.spec, shlex.quote
+    options = sbatch_options(request, config)
+    out = output_path(request.job_dir, request.attempt)
+    lines = ["#!/bin/bash", *(f"#SBATCH {opt}" for opt in options)]
+    lines += [
+        "# Generated by gpuctl; every value from the job spec is shell-quoted.",
+        "set -u",
+        f"export {contract.ENV_ATTEMPT}=$(( {int(request.attempt)} + ${{SLURM_RESTART_COUNT:-0}} ))",
+    ]
+    env = {**spec.env, **contract_env(request)}
+    lines += [f"export {key}={q(value)}" for key, value in env.items()]
+    lines += [
+        f"runs_file={q(str(runs_path(request.job_dir)))}",
+        'echo "start $SLURM_JOB_ID ${SLURM_RESTART_COUNT:-0} $(date +%s) $SLURM_JOB_NUM_NODES'
+        ' $SLURM_JOB_NODELIST" >>"$runs_file"',
+        f"cd {q(str(Path(spec.workdir).absolute()))} || exit 1",
+        'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+        f"rdzv_port=$(( {config.rendezvous_port_base} + SLURM_JOB_ID % 10000 ))",
+        _STEP_LOOP,
+    ]
+    if spec.setup:
+        lines.append(f"srun bash -c {q(spec.setup)} || exit $?")
+    node_id = f'export {contract.ENV_NODE_ID}="$GPUCTL_JOB_ID-$SLURMD_NODENAME"; exec "$@"'
+    launcher = " ".join(q(part) for part in config.launcher)
+    torchrun_args = [
+        '--nnodes="$SLURM_JOB_NUM_NODES"',
+        f"--nproc-per-node={int(request.placement.gpus_per_node)}",
+        "--max-restarts=0",
+        "--rdzv-backend=c10d",
+        '--rdzv-endpoint="$head_node:$rdzv_port"',
+        '--rdzv-id="$SLURM_JOB_ID-${SLURM_RESTART_COUNT:-0}"',
+    ]
+    user_argv = " ".join(q(arg) for arg in spec.command_argv)
+    lines.append(
+        f"srun --kill-on-bad-exit=1 bash -c {q(node_id)} gpuctl-node {launcher} "
+        f"{' '.join(torchrun_args)} {user_argv} &"
+    )
+    lines.append(_WAIT_AND_REQUEUE.replace("PREEMPTED", str(contract.PREEMPTED_EXIT_CODE)))
+    script = "\n".join(lines)
+    args = [f"--output={out}", f"--chdir={request.job_dir}"]
+    return BatchJob(
+        sbatch_args=args, script=script, output_path=out, slurm_name=slurm_job_name(request.job_id)
+    )

@@ -1,0 +1,149 @@
+"""``gpuctl status`` without a controller: a SLURM job's gpuctl state, attempts, segments and cost.
+
+Segments come from the job's ``slurm-runs.log`` (the batch script writes a ``start`` and an ``end``
+line per run, so each requeue is one segment) and fall back to the job's own start/end times. With
+``AccountingStorageType=accounting_storage/none`` this is the only record of earlier runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from orchestrator.backends.slurm import commands
+from orchestrator.backends.slurm.backend import gpu_type_of
+from orchestrator.backends.slurm.config import SlurmClusterConfig
+from orchestrator.backends.slurm.parse import SlurmJob, map_state
+from orchestrator.backends.slurm.script import JOB_NAME_PREFIX, runs_path
+from orchestrator.catalog.offers import MarketKind
+from orchestrator.errors import NotFoundError
+from orchestrator.state.records import SegmentRecord
+from orchestrator.state.status import FailureReason, JobStatus
+
+
+@dataclass(frozen=True)
+class SlurmJobStatus:
+    slurm_job: SlurmJob
+    job_id: str
+    status: JobStatus
+    failure: FailureReason | None
+    message: str
+    attempts: int
+    segments: list[SegmentRecord]
+
+    def cost_usd(self, now: datetime) -> float:
+        return sum(s.cost_usd(now) for s in self.segments)
+
+
+@dataclass(frozen=True)
+class Run:
+    slurm_id: int
+    restart: int
+    started_at: datetime
+    nodes: int
+    ended_at: datetime | None = None
+
+
+def parse_runs(text: str) -> list[Run]:
+    """``start ID RESTART EPOCH NODES NODELIST`` / ``end ID RESTART EPOCH RC [NOTICE]`` lines -> runs."""
+    runs: dict[tuple[int, int], Run] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) < 5 or not all(p.isdigit() for p in parts[1:4]):
+            continue
+        key = (int(parts[1]), int(parts[2]))
+        at = datetime.fromtimestamp(int(parts[3]), UTC)
+        if parts[0] == "start" and parts[4].isdigit():
+            runs[key] = Run(key[0], key[1], at, int(parts[4]))
+        elif parts[0] == "end" and key in runs:
+            run = runs[key]
+            runs[key] = Run(run.slurm_id, run.restart, run.started_at, run.nodes, at)
+    ordered = sorted(runs.values(), key=lambda r: r.started_at)
+    # A run killed without an end line (node failure) ended when the next one started.
+    return [
+        r
+        if r.ended_at or i + 1 == len(ordered)
+        else Run(r.slurm_id, r.restart, r.started_at, r.nodes, ordered[i + 1].started_at)
+        for i, r in enumerate(ordered)
+    ]
+
+
+def segments_of(job: SlurmJob, job_id: str, config: SlurmClusterConfig) -> list[SegmentRecord]:
+    runs: list[Run] = []
+    if job.stdout:
+        try:
+            runs = [
+                r
+                for r in parse_runs(runs_path(Path(job.stdout).parent).read_text())
+                if r.slurm_id == job.job_id
+            ]
+        except OSError:
+            runs = []
+    if not runs and job.start_time:
+        runs = [Run(job.job_id, job.restarts, job.start_time, max(1, job.node_count), job.end_time)]
+    if runs and runs[-1].ended_at is None and job.finished and job.end_time:
+        last = runs[-1]
+        runs[-1] = Run(last.slurm_id, last.restart, last.started_at, last.nodes, job.end_time)
+    markets = {v: k for k, v in config.partitions.items()}
+    gpu_names = {v: k for k, v in config.gres_types.items()}
+    node_price = config.price_per_gpu_hour(job.gres_type, job.partition) * job.gpus_per_node
+    on_demand = config.partition(MarketKind.ON_DEMAND)
+    od_price = (
+        config.price_per_gpu_hour(job.gres_type, on_demand) * job.gpus_per_node if on_demand else node_price
+    )
+    return [
+        SegmentRecord(
+            id=i + 1,
+            job_id=job_id,
+            attempt=run.restart + 1,
+            gpu_type=gpu_type_of(job) or gpu_names.get(job.gres_type, job.gres_type),
+            instance_type=f"slurm:{job.partition}",
+            market=str(markets.get(job.partition, job.partition)),
+            cloud="slurm",
+            region=job.partition,
+            zone=job.nodes,
+            nodes=run.nodes,
+            gpus_per_node=job.gpus_per_node,
+            started_at=run.started_at,
+            ended_at=run.ended_at,
+            node_price_usd_per_hour=node_price,
+            on_demand_node_price_usd_per_hour=od_price,
+            price_source="SLURM cluster config",
+            end_reason=None,
+        )
+        for i, run in enumerate(runs)
+    ]
+
+
+def find_slurm_job(name_or_id: str) -> SlurmJob:
+    """A SLURM job id, a gpuctl job id (``NAME-STAMP``) or a job name (its newest submission)."""
+    jobs = commands.list_jobs()
+    if name_or_id.isdigit():
+        matches = [j for j in jobs if j.job_id == int(name_or_id)]
+    else:
+        full = JOB_NAME_PREFIX + name_or_id
+        matches = [j for j in jobs if j.name == full or j.name.startswith(full + "-")]
+    if not matches:
+        raise NotFoundError(
+            f"no SLURM job '{name_or_id}' is known to slurmctld",
+            "give the SLURM job id or the job name printed by `gpuctl sbatch`; finished jobs are "
+            "forgotten after the cluster's MinJobAge",
+        )
+    return max(matches, key=lambda j: j.job_id)
+
+
+def status_from_slurm(name_or_id: str, config: SlurmClusterConfig | None = None) -> SlurmJobStatus:
+    config = config or SlurmClusterConfig()
+    job = find_slurm_job(name_or_id)
+    job_id = job.name.removeprefix(JOB_NAME_PREFIX)
+    mapping = map_state(job)
+    return SlurmJobStatus(
+        slurm_job=job,
+        job_id=job_id,
+        status=mapping.status,
+        failure=mapping.failure,
+        message=mapping.message,
+        attempts=job.restarts + 1,
+        segments=segments_of(job, job_id, config),
+    )

@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# A single-node SLURM cluster for development and tests: munge, slurmctld and slurmd run as root
+# with all their config, state, sockets and logs under DIR. No cgroups, no accounting database;
+# four fake GPUs (GRES type "fake") made from character devices.
+#
+#   scripts/slurm-dev-cluster.sh start DIR    install slurm-wlm + munge if missing, write config, start,
+#                                             wait until the node is idle; prints the `export` lines
+#                                             (SLURM_CONF, GPUCTL_SLURM_CONFIG) to use it
+#   scripts/slurm-dev-cluster.sh status DIR   daemons' PIDs and `sinfo`
+#   scripts/slurm-dev-cluster.sh stop DIR     stop the daemons (TERM, then KILL after 5 s)
+#
+# Environment: SLURM_DEV_PORT (slurmctld port, default 16817; slurmd uses the next one).
+# Clients need SLURM_CONF=DIR/etc/slurm.conf.
+set -euo pipefail
+
+usage() { echo "usage: $0 start|stop|status DIR" >&2; exit 2; }
+[[ $# -eq 2 ]] || usage
+action=$1
+dir=$(mkdir -p "$2" && cd "$2" && pwd)
+port=${SLURM_DEV_PORT:-16817}
+conf=$dir/etc/slurm.conf
+export SLURM_CONF=$conf
+
+log() { echo "slurm-dev-cluster: $*" >&2; }
+
+install_packages() {
+    if command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v sbatch >/dev/null \
+        && command -v munged >/dev/null; then
+        return
+    fi
+    log "installing slurm-wlm and munge (apt-get)"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq -o DPkg::Lock::Timeout=300 slurm-wlm munge >/dev/null
+}
+
+write_config() {
+    local host cpus mem
+    host=$(hostname -s)
+    # Advertise at least 8 CPUs (config_overrides lets slurmd accept more than the machine has):
+    # tests run a few small jobs side by side on 2-core machines.
+    cpus=$(nproc); (( cpus < 8 )) && cpus=8
+    mem=$(( $(awk '/MemTotal/ {print $2}' /proc/meminfo) / 1024 / 2 ))
+    (( mem < 4096 )) && mem=4096
+    mkdir -p "$dir"/{etc,munge,state,spool,log,run,dev}
+    chmod 700 "$dir/munge"
+    for i in 0 1 2 3; do
+        [[ -c $dir/dev/gpu$i ]] || { rm -f "$dir/dev/gpu$i"; mknod "$dir/dev/gpu$i" c 1 3; }
+    done
+    cat >"$dir/etc/gres.conf" <<GRES
+AutoDetect=off
+Name=gpu Type=fake File=$dir/dev/gpu[0-3]
+GRES
+    cat >"$conf" <<CONF
+ClusterName=gpuctldev
+SlurmctldHost=$host
+SlurmUser=root
+SlurmdUser=root
+SlurmctldPort=$port
+SlurmdPort=$((port + 1))
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$dir/munge/munge.socket,cred_expire=10
+StateSaveLocation=$dir/state
+SlurmdSpoolDir=$dir/spool
+SlurmctldPidFile=$dir/run/slurmctld.pid
+SlurmdPidFile=$dir/run/slurmd.pid
+SlurmctldLogFile=$dir/log/slurmctld.log
+SlurmdLogFile=$dir/log/slurmd.log
+SlurmdParameters=config_overrides
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+GresTypes=gpu
+MpiDefault=none
+JobRequeue=1
+ReturnToService=1
+SchedulerParameters=sched_interval=2,bf_interval=1
+MinJobAge=3600
+KillWait=10
+SlurmdTimeout=30
+InactiveLimit=0
+AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none
+JobCompType=jobcomp/none
+NodeName=$host CPUs=$cpus RealMemory=$mem Gres=gpu:fake:4 State=UNKNOWN
+PartitionName=ondemand Nodes=$host Default=YES MaxTime=INFINITE State=UP
+PartitionName=spot Nodes=$host Default=NO MaxTime=INFINITE State=UP
+CONF
+    # gpuctl's cluster config for this cluster: every GPU name runs on the fake GPUs.
+    cat >"$dir/etc/gpuctl-slurm.yaml" <<GPUCTL
+gres_types: {V100: fake, T4: fake, L4: fake, A10G: fake, A100: fake, A100-80GB: fake, H100: fake}
+partitions: {spot: spot, on-demand: ondemand}
+prices_usd_per_gpu_hour: {fake: {spot: 0.9, ondemand: 3.0}}
+GPUCTL
+    [[ -f $dir/munge/munge.key ]] || {
+        dd if=/dev/urandom of="$dir/munge/munge.key" bs=1024 count=1 status=none
+        chmod 400 "$dir/munge/munge.key"
+    }
+}
+
+print_exports() {
+    echo "export SLURM_CONF=$conf"
+    echo "export GPUCTL_SLURM_CONFIG=$dir/etc/gpuctl-slurm.yaml"
+}
+
+pid_alive() { [[ -f $1 ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+start() {
+    install_packages
+    if pid_alive "$dir/run/slurmctld.pid"; then
+        log "already running in $dir"
+        print_exports
+        return
+    fi
+    write_config
+    pid_alive "$dir/run/munged.pid" || munged --force --socket="$dir/munge/munge.socket" \
+        --key-file="$dir/munge/munge.key" --pid-file="$dir/run/munged.pid" \
+        --log-file="$dir/log/munged.log" --seed-file="$dir/munge/munge.seed"
+    slurmctld -f "$conf"
+    slurmd -f "$conf"
+    local host state i
+    host=$(hostname -s)
+    for i in $(seq 1 60); do
+        state=$(sinfo -h -n "$host" -o %t 2>/dev/null | head -n1 || true)
+        if [[ $state == idle ]]; then
+            log "node $host is idle (cluster in $dir)"
+            print_exports
+            return
+        fi
+        if [[ $state == down* || $state == drain* ]]; then
+            scontrol update NodeName="$host" State=RESUME >/dev/null 2>&1 || true
+        fi
+        sleep 0.5
+    done
+    log "the node did not become idle in 30 s; see $dir/log/slurmctld.log and $dir/log/slurmd.log"
+    exit 1
+}
+
+stop_pid() {
+    local file=$1 pid i
+    [[ -f $file ]] || return 0
+    pid=$(cat "$file")
+    if kill -0 "$pid" 2>/dev/null; then
+        kill -TERM "$pid" 2>/dev/null || true
+        for i in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null || true
+    fi
+    rm -f "$file"
+}
+
+stop() {
+    # Jobs first, so no step outlives the daemons.
+    pid_alive "$dir/run/slurmctld.pid" && scancel --full --quiet --user=root 2>/dev/null || true
+    stop_pid "$dir/run/slurmd.pid"
+    stop_pid "$dir/run/slurmctld.pid"
+    stop_pid "$dir/run/munged.pid"
+    log "stopped (cluster in $dir)"
+}
+
+status() {
+    local name
+    for name in munged slurmctld slurmd; do
+        if pid_alive "$dir/run/$name.pid"; then
+            echo "$name: running (pid $(cat "$dir/run/$name.pid"))"
+        else
+            echo "$name: stopped"
+        fi
+    done
+    pid_alive "$dir/run/slurmctld.pid" && sinfo
+    return 0
+}
+
+case $action in
+    start) start ;;
+    stop) stop ;;
+    status) status ;;
+    *) usage ;;
+esac

@@ -1,0 +1,97 @@
+"""A tiny DDP (gloo) training script for the SLURM tests: checkpoints, resumes, exits 75 on a notice.
+
+Rank 0 appends ``step N attempt A`` to ``$GPUCTL_CHECKPOINT_DIR/steps.log`` after each step, so a test
+can count steps recomputed after an interruption. ``--echo-env NAME`` and ``--echo-arg VALUE`` write
+what arrived to ``echo.json`` (the shell injection test).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+PREEMPTED_EXIT_CODE = 75
+notice = False
+
+
+def on_notice(signum: int, frame: object) -> None:
+    global notice
+    notice = True
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--step-seconds", type=float, default=0.1)
+    parser.add_argument("--echo-env", default=None)
+    parser.add_argument("--echo-arg", default=None)
+    args = parser.parse_args()
+    signal.signal(signal.SIGTERM, on_notice)
+    signal.signal(signal.SIGUSR1, on_notice)
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    ckpt_dir = Path(os.environ["GPUCTL_CHECKPOINT_DIR"])
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    every = int(os.environ.get("GPUCTL_CHECKPOINT_EVERY_STEPS", "5"))
+    attempt = os.environ.get("GPUCTL_ATTEMPT", "?")
+    ckpt = ckpt_dir / "ckpt.pt"
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    step = 0
+    if ckpt.exists():
+        state = torch.load(ckpt)
+        model.module.load_state_dict(state["model"])
+        step = state["step"]
+    if rank == 0 and (args.echo_env or args.echo_arg):
+        echo = {"env": os.environ.get(args.echo_env or "", None), "arg": args.echo_arg}
+        (ckpt_dir / "echo.json").write_text(json.dumps(echo))
+    progress = os.environ.get("GPUCTL_PROGRESS_FILE")
+
+    def save() -> None:
+        if rank == 0:
+            tmp = ckpt.with_suffix(".tmp")
+            torch.save({"model": model.module.state_dict(), "step": step}, tmp)
+            tmp.replace(ckpt)
+
+    while step < args.steps:
+        stop = torch.tensor([1.0 if notice else 0.0])
+        dist.all_reduce(stop, op=dist.ReduceOp.MAX)
+        if stop.item() > 0:
+            save()
+            dist.barrier()
+            print(f"rank {rank}: notice at step {step}, checkpoint saved", flush=True)
+            return PREEMPTED_EXIT_CODE
+        x = torch.randn(8, 4)
+        loss = model(x).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        step += 1
+        time.sleep(args.step_seconds)
+        if rank == 0:
+            with open(ckpt_dir / "steps.log", "a") as fh:
+                fh.write(f"step {step} attempt {attempt}\n")
+            if progress:
+                with open(progress, "a") as fh:
+                    fh.write(
+                        json.dumps({"step": step, "total_steps": args.steps, "loss": loss.item()}) + "\n"
+                    )
+        if step % every == 0:
+            save()
+    if rank == 0 and progress:
+        with open(progress, "a") as fh:
+            fh.write(json.dumps({"step": step, "total_steps": args.steps, "event": "finished"}) + "\n")
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

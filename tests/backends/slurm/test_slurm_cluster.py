@@ -1,0 +1,209 @@
+"""The SLURM backend against a real single-node cluster (slow: each job takes 10-40 s)."""
+
+from __future__ import annotations
+
+import collections
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from orchestrator.backends.base import AttemptObservation, LaunchRequest, NodePhase
+from orchestrator.backends.slurm import SlurmBackend, SlurmClusterConfig, status_from_slurm
+from orchestrator.backends.slurm.backend import request_for
+from orchestrator.errors import UserError
+from orchestrator.spec import load_spec_text
+from orchestrator.state.status import JobStatus
+from tests.backends.slurm.conftest import TRAIN
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+EVERY = 5
+
+
+def make_request(
+    tmp_path: Path, config: SlurmClusterConfig, name: str, steps: int = 40, **extra: object
+) -> LaunchRequest:
+    doc: dict[str, object] = {
+        "name": name,
+        "command": [str(TRAIN), "--steps", str(steps), "--step-seconds", "0.1"],
+        "resources": {"gpu_types": ["V100"], "gpus_per_node": 2},
+        "checkpoint": {"every_steps": EVERY, "notice_grace_seconds": 20},
+        **extra,
+    }
+    spec = load_spec_text(yaml.safe_dump(doc))
+    return request_for(spec, f"{name}-t", tmp_path / name, config)
+
+
+def wait_until(
+    backend: SlurmBackend, req: LaunchRequest, done: object, timeout_s: float = 150
+) -> AttemptObservation:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        obs = backend.observe(req.job_id, req.attempt, req.node_ids)
+        if done(obs):  # type: ignore[operator]
+            return obs
+        time.sleep(0.5)
+    raise AssertionError(f"timed out; last observation {obs}")
+
+
+def finished(obs: AttemptObservation) -> bool:
+    return obs.nodes[0].phase.ended and obs.nodes[0].phase is not NodePhase.PREEMPTED
+
+
+def at_step(step: int) -> object:
+    return lambda obs: obs.progress is not None and obs.progress.step >= step
+
+
+def steps_by_attempt(req: LaunchRequest) -> collections.Counter[str]:
+    lines = (Path(req.checkpoint_dir) / "steps.log").read_text().splitlines()
+    return collections.Counter(line.split()[3] for line in lines)
+
+
+def slurm_id(backend: SlurmBackend, req: LaunchRequest) -> int:
+    job = backend.find(req.job_id, req.attempt)
+    assert job is not None
+    return job.job_id
+
+
+def test_ddp_job_runs_to_completion(
+    backend: SlurmBackend, cluster_config: SlurmClusterConfig, tmp_path: Path
+) -> None:
+    req = make_request(tmp_path, cluster_config, "ddp", steps=20)
+    backend.launch(req)
+    backend.launch(req)  # idempotent: still one SLURM job
+    obs = wait_until(backend, req, finished)
+    assert obs.nodes[0].phase is NodePhase.SUCCEEDED and obs.nodes[0].exit_code == 0
+    assert obs.progress is not None and obs.progress.finished and obs.progress.step == 20
+    assert len([j for j in backend.log_paths(req.job_id)]) == 1
+    status = status_from_slurm(req.job_id, cluster_config)
+    assert status.status is JobStatus.SUCCEEDED and status.attempts == 1
+    [segment] = status.segments
+    assert segment.gpus == 2 and segment.market == "spot" and segment.ended_at is not None
+    assert segment.cost_usd(segment.ended_at) == pytest.approx(segment.hours(segment.ended_at) * 2.0)
+
+
+def assert_resumed(req: LaunchRequest, total: int, max_lost: int) -> None:
+    counts = steps_by_attempt(req)
+    assert set(counts) == {"1", "2"}, counts
+    assert total <= sum(counts.values()) <= total + max_lost, counts
+
+
+def test_scontrol_requeue_resumes_from_checkpoint(
+    backend: SlurmBackend, cluster_config: SlurmClusterConfig, tmp_path: Path
+) -> None:
+    req = make_request(tmp_path, cluster_config, "requeue", steps=40)
+    backend.launch(req)
+    wait_until(backend, req, at_step(10))
+    subprocess.run(["scontrol", "requeue", str(slurm_id(backend, req))], check=True)
+    obs = wait_until(backend, req, finished)
+    assert obs.nodes[0].phase is NodePhase.SUCCEEDED
+    assert_resumed(req, 40, EVERY)
+    assert status_from_slurm(req.job_id, cluster_config).attempts == 2
+
+
+def test_node_down_mid_run_resumes_from_checkpoint(
+    backend: SlurmBackend, cluster_config: SlurmClusterConfig, tmp_path: Path
+) -> None:
+    req = make_request(tmp_path, cluster_config, "nodedown", steps=40)
+    backend.launch(req)
+    wait_until(backend, req, at_step(10))
+    node = subprocess.run(["hostname", "-s"], capture_output=True, text=True, check=True).stdout.strip()
+    subprocess.run(["scontrol", "update", f"NodeName={node}", "State=DOWN", "Reason=gpuctl-test"], check=True)
+    time.sleep(1)
+    subprocess.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"], check=True)
+    obs = wait_until(backend, req, finished)
+    assert obs.nodes[0].phase is NodePhase.SUCCEEDED
+    assert_resumed(req, 40, EVERY)
+    status = status_from_slurm(req.job_id, cluster_config)
+    assert status.attempts == 2 and len(status.segments) == 2
+
+
+def test_notice_checkpoints_then_requeues_without_lost_steps(
+    backend: SlurmBackend, cluster_config: SlurmClusterConfig, tmp_path: Path
+) -> None:
+    req = make_request(tmp_path, cluster_config, "notice", steps=40)
+    backend.launch(req)
+    wait_until(backend, req, at_step(8))
+    backend.notify(req.job_id, req.attempt)
+    obs = wait_until(backend, req, finished)
+    assert obs.nodes[0].phase is NodePhase.SUCCEEDED
+    assert_resumed(req, 40, 0)
+    log = Path(backend.log_paths(req.job_id)[0]).read_text()
+    assert "checkpoint saved" in log and "requeueing job" in log
+
+
+def test_stop_checkpoints_and_cancels(
+    backend: SlurmBackend, cluster_config: SlurmClusterConfig, tmp_path: Path
+) -> None:
+    req = make_request(tmp_path, cluster_config, "stop", steps=400)
+    backend.launch(req)
+    wait_until(backend, req, at_step(5))
+    backend.stop(req.job_id, req.attempt, req.node_ids, grace_s=30)
+    obs = backend.observe(req.job_id, req.attempt, req.node_ids)
+    assert obs.nodes[0].phase is NodePhase.LOST  # CANCELLED
+    assert status_from_slurm(req.job_id, cluster_config).status is JobStatus.CANCELLED
+    assert (Path(req.checkpoint_dir) / "ckpt.pt").exists()
+    assert "checkpoint saved" in backend.log_paths(req.job_id)[0].read_text()
+    backend.stop(req.job_id, req.attempt, req.node_ids, grace_s=30)  # idempotent
+
+
+def test_elastic_job_runs_on_the_one_node(
+    backend: SlurmBackend, cluster_config: SlurmClusterConfig, tmp_path: Path
+) -> None:
+    req = make_request(
+        tmp_path,
+        cluster_config,
+        "elastic",
+        steps=10,
+        resources={"gpu_types": ["V100"], "gpus_per_node": 2, "nodes": {"min": 1, "max": 2}},
+    )
+    assert "#SBATCH --nodes=1-2" in backend.render(req).script
+    backend.launch(req)
+    obs = wait_until(backend, req, finished)
+    assert [n.phase for n in obs.nodes] == [NodePhase.SUCCEEDED, NodePhase.SUCCEEDED]
+    job = backend.find(req.job_id)
+    assert job is not None and job.node_count == 1
+
+
+def test_spec_values_reach_the_job_literally(
+    backend: SlurmBackend, cluster_config: SlurmClusterConfig, tmp_path: Path
+) -> None:
+    marker = tmp_path / "pwned"
+    evil = f"$(touch {marker}) `touch {marker}`; touch {marker} \"'\n"
+    req = make_request(tmp_path, cluster_config, "inject", steps=2, env={"EVIL": evil})
+    spec = req.spec.model_copy(
+        update={"command": [*req.spec.command_argv, "--echo-env", "EVIL", "--echo-arg", evil]}
+    )
+    req = LaunchRequest(**{**req.__dict__, "spec": spec})
+    backend.launch(req)
+    obs = wait_until(backend, req, finished)
+    assert obs.nodes[0].phase is NodePhase.SUCCEEDED
+    echo = json.loads((Path(req.checkpoint_dir) / "echo.json").read_text())
+    assert echo == {"env": evil, "arg": evil}
+    assert not marker.exists()
+
+
+def test_unknown_gres_type_and_partition_are_clear_errors(slurm_cluster: Path, tmp_path: Path) -> None:
+    bad_gres = SlurmBackend(SlurmClusterConfig(gres_types={"V100": "h100"}))
+    with pytest.raises(UserError, match=r"GRES type 'h100'.*not offered") as err:
+        bad_gres.launch(make_request(tmp_path, bad_gres.config, "badgres"))
+    assert "fake" in err.value.message and "To fix" in err.value.message
+    bad_partition = SlurmBackend(SlurmClusterConfig(gres_types={"V100": "fake"}, partitions={"spot": "nope"}))
+    with pytest.raises(UserError, match=r"partition 'nope'.*does not exist"):
+        bad_partition.launch(make_request(tmp_path, bad_partition.config, "badpart"))
+    unchecked = SlurmBackend(
+        SlurmClusterConfig(gres_types={"V100": "fake"}, partitions={"spot": "nope"}), preflight=False
+    )
+    with pytest.raises(UserError, match="partition does not exist"):
+        unchecked.launch(make_request(tmp_path, unchecked.config, "badpart2"))
+    assert backend_spot_capacity(slurm_cluster) >= 0
+
+
+def backend_spot_capacity(conf: Path) -> int:
+    backend = SlurmBackend(SlurmClusterConfig(partitions={"spot": "spot"}))
+    capacity = backend.spot_capacity("any", now=None)  # type: ignore[arg-type]
+    assert capacity is not None
+    return capacity

@@ -1,0 +1,138 @@
+"""The generated sbatch script and options, the cluster config and `gpuctl sbatch --dry-run`."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from orchestrator.backends.slurm import SlurmClusterConfig, load_cluster_config, render_batch_job
+from orchestrator.backends.slurm.backend import placement_for, request_for
+from orchestrator.backends.slurm.script import format_time_limit
+from orchestrator.catalog.offers import MarketKind
+from orchestrator.cli.main import main
+from orchestrator.errors import NotFoundError, UserError
+from orchestrator.spec import load_spec_text
+
+CONFIG = SlurmClusterConfig(
+    gres_types={"A100-80GB": "a100"},
+    partitions={MarketKind.SPOT: "preempt", MarketKind.ON_DEMAND: "batch"},
+    qos={MarketKind.SPOT: "low"},
+    prices_usd_per_gpu_hour={"a100": {"preempt": 1.0, "batch": 3.0}},
+)
+EVIL = "$(touch /tmp/x) `id`; rm -rf ~ \"'"
+
+
+def spec_text(**extra: object) -> str:
+    doc = {
+        "name": "train",
+        "command": ["train.py", "--tag", EVIL],
+        "env": {"TOKEN": EVIL},
+        "labels": {"note": EVIL},
+        "setup": "pip install -r requirements.txt",
+        "resources": {
+            "gpu_types": ["A100-80GB"],
+            "gpus_per_node": 4,
+            "nodes": {"min": 2, "max": 4},
+            "cpus_per_node": 7.5,
+            "memory_gib_per_node": 64,
+        },
+        "checkpoint": {"every": "5m", "notice_grace_seconds": 45.5},
+        "goals": {"deadline": "90m"},
+        **extra,
+    }
+    return yaml.safe_dump(doc)
+
+
+def render(tmp_path: Path, **extra: object) -> str:
+    request = request_for(load_spec_text(spec_text(**extra)), "train-1", tmp_path / "job dir", CONFIG)
+    return render_batch_job(request, CONFIG).script
+
+
+def test_sbatch_options(tmp_path: Path) -> None:
+    script = render(tmp_path)
+    for option in [
+        "--job-name=gpuctl-train-1",
+        "--comment=gpuctl:train-1:1:A100-80GB",
+        "--nodes=2-4",
+        "--ntasks-per-node=1",
+        "--gres=gpu:a100:4",
+        "--signal=B:USR1@46",
+        "--requeue",
+        "--open-mode=append",
+        "--time=0-01:30:00",
+        "--cpus-per-task=8",
+        "--mem=65536M",
+        "--partition=preempt",
+        "--qos=low",
+    ]:
+        assert f"#SBATCH {option}\n" in script
+    assert "GPUCTL_CHECKPOINT_EVERY_SECONDS=300" in script
+    assert "--nproc-per-node=4" in script and "--rdzv-backend=c10d" in script
+
+
+def test_on_demand_market_uses_its_partition(tmp_path: Path) -> None:
+    script = render(tmp_path, market={"mode": "on-demand"})
+    assert "#SBATCH --partition=batch" in script and "--qos" not in script
+
+
+def test_every_spec_value_is_quoted(tmp_path: Path) -> None:
+    script = render(tmp_path)
+    assert f"export TOKEN={shlex.quote(EVIL)}\n" in script
+    assert f" train.py --tag {shlex.quote(EVIL)} &\n" in script
+    # bash itself reads the values back literally
+    check = subprocess.run(
+        ["bash", "-c", script.split("runs_file=")[0] + 'printf %s "$TOKEN"'], capture_output=True, text=True
+    )
+    assert check.stdout == EVIL
+    assert "rm -rf" in script and "'pip install -r requirements.txt'" in script
+
+
+def test_time_limit_and_tokens() -> None:
+    assert format_time_limit(61) == "0-00:02:00"
+    assert format_time_limit(3 * 86400 + 3600) == "3-01:00:00"
+    bad = SlurmClusterConfig(partitions={MarketKind.SPOT: "a b"})
+    request = request_for(load_spec_text(spec_text()), "train-1", Path("/tmp/j"), bad)
+    with pytest.raises(UserError, match="partition"):
+        render_batch_job(request, bad)
+
+
+def test_placement_prices_from_config() -> None:
+    placement = placement_for(load_spec_text(spec_text()), CONFIG)
+    assert placement.market is MarketKind.SPOT and placement.gpus_per_node == 4
+    assert placement.node_price_usd_per_hour == 4.0 and placement.on_demand_node_price_usd_per_hour == 12.0
+    assert CONFIG.price_per_gpu_hour("h100", "batch") == 0.0
+    assert SlurmClusterConfig().gres_type("V100") == "v100"
+
+
+def test_cluster_config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "slurm.yaml"
+    path.write_text("gres_types: {V100: v100}\npartitions: {spot: low}\n")
+    assert load_cluster_config(path).partition(MarketKind.SPOT) == "low"
+    path.write_text("partitons: {spot: low}\n")
+    with pytest.raises(UserError, match="invalid"):
+        load_cluster_config(path)
+    with pytest.raises(NotFoundError):
+        load_cluster_config(tmp_path / "missing.yaml")
+    monkeypatch.setenv("GPUCTL_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("GPUCTL_SLURM_CONFIG", raising=False)
+    assert load_cluster_config() == SlurmClusterConfig()
+
+
+def test_cli_dry_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GPUCTL_HOME", str(tmp_path))
+    job = tmp_path / "job.yaml"
+    job.write_text(spec_text())
+    config = tmp_path / "cluster.yaml"
+    config.write_text(
+        yaml.safe_dump({"gres_types": {"A100-80GB": "a100"}, "partitions": {"spot": "preempt"}})
+    )
+    assert main(["sbatch", str(job), "--dry-run", "--cluster-config", str(config)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("# sbatch --parsable --output=") and "#SBATCH --gres=gpu:a100:4" in out
+    assert f"cd {tmp_path}" in out  # the workdir is relative to the job file

@@ -1,0 +1,26 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from orchestrator.costs.lost_work import lost_work_from_progress
+
+
+def _line(**doc: object) -> str:
+    return json.dumps(doc)
+
+
+def test_steps_redone_after_each_resume_are_counted(tmp_path: Path) -> None:
+    path = tmp_path / "progress.jsonl"
+    lines = [_line(time=f"2026-11-22T12:00:{s:02d}+00:00", step=s) for s in range(1, 26)]
+    lines.append(_line(event="resumed", step=20))  # checkpoint at 20, reached 25: 5 steps redone
+    lines += [_line(time=f"2026-11-22T12:01:{s:02d}+00:00", step=s) for s in range(21, 41)]
+    lines.append(_line(event="resumed", step=40))  # a notice checkpoint: nothing redone
+    lines.append('{"time": "2026-11-22T12:02')  # torn last line
+    path.write_text("\n".join(lines))
+    lost = lost_work_from_progress(path)
+    assert lost is not None and lost.steps == 5 and lost.seconds_per_step == 1.0
+
+
+def test_missing_file_means_unknown(tmp_path: Path) -> None:
+    assert lost_work_from_progress(tmp_path / "nope.jsonl") is None
