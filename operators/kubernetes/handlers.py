@@ -1,0 +1,94 @@
+"""kopf handlers of the GPUJob operator. Run: ``kopf run -m operators.kubernetes.handlers``.
+
+Stateless: every decision reads the GPUJob and its pods from the API server and writes the job's state
+back into ``.status``; a restarted operator simply carries on. Settings come from the environment
+(the Helm chart sets them):
+
+- ``GPUCTL_OPERATOR_CONFIG``: JSON of :class:`~orchestrator.backends.kubernetes.config.KubeConfig`;
+- ``GPUCTL_RECONCILE_INTERVAL_S``: seconds between checks of each job (default 10);
+- ``GPUCTL_METRICS_PORT``: serve Prometheus metrics on this port;
+- ``GPUCTL_PRICE_CATALOG``: a price catalog CSV replacing the built-in prices;
+- ``GPUCTL_KUBE_API_URL``: talk to this URL without credentials (tests, ``kubectl proxy``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections import defaultdict
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+
+from operators.kubernetes import metrics
+from operators.kubernetes.reconcile import cleanup_job, reconcile_job
+from orchestrator.backends.kubernetes import client
+from orchestrator.backends.kubernetes.config import KubeConfig
+from orchestrator.backends.kubernetes.crd import GROUP, PLURAL, VERSION
+
+INTERVAL_S = float(os.environ.get("GPUCTL_RECONCILE_INTERVAL_S", "10"))
+FINALIZER = "gpuctl.dev/cleanup"
+_locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
+"""One reconcile at a time per job (create and timer handlers may otherwise overlap)."""
+
+
+def load_config() -> KubeConfig:
+    raw = os.environ.get("GPUCTL_OPERATOR_CONFIG")
+    return KubeConfig.from_dict(json.loads(raw)) if raw else KubeConfig()
+
+
+def _api() -> Any:
+    url = os.environ.get("GPUCTL_KUBE_API_URL")
+    return client.api_client_for(url) if url else client.api_client()
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+    settings.persistence.finalizer = FINALIZER
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP)
+    settings.posting.level = 20  # logging.INFO: job events also become Kubernetes Events
+    load_config()  # fail at startup, not at the first job, on bad settings
+    port = os.environ.get("GPUCTL_METRICS_PORT")
+    if port:
+        metrics.serve(int(port))
+
+
+@kopf.on.login()
+def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    url = os.environ.get("GPUCTL_KUBE_API_URL")
+    if url:
+        return kopf.ConnectionInfo(server=url, insecure=True)
+    return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+
+
+def _reconcile(name: str, namespace: str, logger: Any) -> None:
+    with _locks[(namespace, name)]:
+        decision = reconcile_job(name, namespace, load_config(), datetime.now(UTC), _api())
+    if decision is not None:
+        metrics.record(namespace, name, decision.status)
+    for message in decision.events if decision else ():
+        logger.info(message)
+
+
+@kopf.on.create(GROUP, VERSION, PLURAL)
+@kopf.on.resume(GROUP, VERSION, PLURAL)
+def start(*, name: str, namespace: str | None, logger: Any, **_: Any) -> None:
+    _reconcile(name, namespace or "default", logger)
+
+
+@kopf.timer(GROUP, VERSION, PLURAL, interval=INTERVAL_S, initial_delay=INTERVAL_S)
+def tick(*, name: str, namespace: str | None, logger: Any, **_: Any) -> None:
+    _reconcile(name, namespace or "default", logger)
+
+
+@kopf.on.delete(GROUP, VERSION, PLURAL)
+def stop(*, name: str, namespace: str | None, logger: Any, **_: Any) -> None:
+    ns = namespace or "default"
+    with _locks[(ns, name)]:
+        count = cleanup_job(name, ns, _api())
+    _locks.pop((ns, name), None)
+    metrics.forget(ns, name)
+    logger.info(f"deleted {count} pod(s) and the rendezvous service")

@@ -1,0 +1,126 @@
+"""One reconcile pass of a GPUJob against the API server: read, decide (pure), apply, write status.
+
+The decision is one call: :func:`operators.kubernetes.step.step`, which runs gpuctl's controller
+reconcile step on the job's status and pods. Kept apart from the kopf handlers so anything can call it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from operators.kubernetes.step import Decision, placement_from, step
+from orchestrator.backends.base import Placement
+from orchestrator.backends.kubernetes import client
+from orchestrator.backends.kubernetes.config import KubeConfig
+from orchestrator.backends.kubernetes.manifests import Owner, build_pod, build_service, service_name
+from orchestrator.backends.kubernetes.placement import choose_placement
+from orchestrator.catalog.offers import MarketKind, read_offers_csv
+from orchestrator.controller.placement import placement_candidates
+from orchestrator.errors import GpuctlError, NotFoundError, SpecError, UserError
+from orchestrator.spec import JobSpec
+from orchestrator.state.status import JobStatus
+
+
+def job_spec(name: str, namespace: str, spec: Mapping[str, Any]) -> JobSpec:
+    """The JobSpec of a GPUJob: ``name`` defaults to the resource's name, ``user`` to its namespace."""
+    data = {"name": name, "user": namespace, **dict(spec)}
+    try:
+        return JobSpec.model_validate(data)
+    except ValidationError as exc:
+        problems = [f"spec.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]
+        raise SpecError(f"GPUJob {namespace}/{name}", problems) from None
+
+
+def status_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """A merge patch turning ``old`` into ``new`` (removed keys become ``null``)."""
+    patch: dict[str, Any] = {k: None for k in old if k not in new}
+    patch.update(new)
+    return patch
+
+
+def _candidates(spec: JobSpec) -> tuple[Placement | None, Placement | None]:
+    """Cheapest (spot, on-demand) placements; from the chart's price catalog when one is mounted."""
+    path = os.environ.get("GPUCTL_PRICE_CATALOG")
+    if not path:
+        return placement_candidates(spec)
+    offers = read_offers_csv(path, "chart price catalog")
+    found: list[Placement | None] = []
+    for market in (MarketKind.SPOT, MarketKind.ON_DEMAND):
+        try:
+            found.append(choose_placement(spec, market, offers))
+        except UserError:
+            found.append(None)
+    if found == [None, None]:
+        raise UserError(
+            f"the chart's price catalog has no offer of {', '.join(spec.resources.gpu_types)}",
+            "add rows to priceCatalog.csv in the chart values or change resources.gpu_types",
+        )
+    return found[0], found[1]
+
+
+def _created_at(body: Mapping[str, Any], now: datetime) -> datetime:
+    text = body.get("metadata", {}).get("creationTimestamp")
+    return datetime.fromisoformat(str(text).replace("Z", "+00:00")) if text else now
+
+
+def reconcile_job(
+    name: str, namespace: str, config: KubeConfig, now: datetime, api: Any | None = None
+) -> Decision | None:
+    """Reconcile one GPUJob; ``None`` when it is gone. Errors from the API propagate (kopf retries)."""
+    try:
+        body = client.get_gpujob(name, namespace, api)
+    except NotFoundError:
+        return None
+    if body.get("metadata", {}).get("deletionTimestamp"):
+        return None  # being deleted: the delete handler cleans up; never create pods again
+    status = dict(body.get("status") or {})
+    if status.get("state") and JobStatus(status["state"]).terminal:
+        return None
+    try:
+        spec = job_spec(name, namespace, body.get("spec") or {})
+        candidates = _candidates(spec)
+    except GpuctlError as err:
+        failed = {**status, "state": str(JobStatus.FAILED), "message": err.message}
+        client.patch_gpujob_status(name, namespace, status_patch(status, failed), api)
+        return Decision(failed, events=(err.message,))
+    pods = client.list_job_pods(name, namespace, api)
+    nodes = client.list_node_names(api)
+    decision = step(
+        spec, status, pods, nodes, candidates, name, _created_at(body, now), now, config.regrow_after_s
+    )
+    for pod_to_delete in decision.delete:
+        client.delete_pod(pod_to_delete, namespace, api=api)
+    placement = placement_from(decision.status.get("placement"))
+    if decision.create and placement is not None:
+        owner = Owner(name=name, uid=str(body["metadata"].get("uid", "")))
+        client.ensure_service(build_service(name, namespace, config, owner), api)
+        attempt = int(decision.status.get("attempt", 1))
+        for index in decision.create:
+            pod = build_pod(
+                spec,
+                placement,
+                job=name,
+                namespace=namespace,
+                attempt=attempt,
+                node_index=index,
+                config=config,
+                owner=owner,
+            )
+            client.create_pod(pod, api)
+    if decision.status != status:
+        client.patch_gpujob_status(name, namespace, status_patch(status, decision.status), api)
+    return decision
+
+
+def cleanup_job(name: str, namespace: str, api: Any | None = None) -> int:
+    """Delete the job's pods and rendezvous Service; returns how many pods were deleted."""
+    pods = client.list_job_pods(name, namespace, api)
+    for pod in pods:
+        client.delete_pod(pod["metadata"]["name"], namespace, grace_s=None, api=api)
+    client.delete_service(service_name(name), namespace, api)
+    return len(pods)

@@ -1,0 +1,112 @@
+"""The Kubernetes backend: the :class:`~orchestrator.backends.base.Backend` protocol over pods.
+
+For the gpuctl controller (``gpuctl submit --backend kubernetes`` without the operator): each node
+of an attempt is a pod named after its node id; the cluster holds all state, so :meth:`observe`
+finds the pods again after a controller restart. The operator uses the same builders directly.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from orchestrator.backends.base import AttemptObservation, LaunchRequest, NodeObservation
+from orchestrator.backends.kubernetes import client
+from orchestrator.backends.kubernetes.config import KubeConfig
+from orchestrator.backends.kubernetes.manifests import LABEL_ATTEMPT, Owner, build_pod, build_service
+from orchestrator.backends.kubernetes.observe import observe_pods
+from orchestrator.errors import NotFoundError
+
+
+def pod_name_for(node_id: str) -> str:
+    """A DNS-1123 pod name for a controller node id (lowercase, '-' for anything else, <= 63)."""
+    name = re.sub(r"[^a-z0-9-]+", "-", node_id.lower()).strip("-")[:63].rstrip("-")
+    return name or "node"
+
+
+class KubernetesBackend:
+    """Runs attempts as pods in one namespace."""
+
+    name = "kubernetes"
+
+    def __init__(self, config: KubeConfig | None = None, api: Any | None = None) -> None:
+        self.config = config or KubeConfig()
+        self._api = api
+
+    @property
+    def api(self) -> Any:
+        if self._api is None:
+            self._api = client.api_client()
+        return self._api
+
+    @property
+    def namespace(self) -> str:
+        return self.config.namespace
+
+    def _owner(self, job_id: str) -> Owner | None:
+        """The GPUJob of that name, when the job was submitted as one (its pods go with it)."""
+        try:
+            body = client.get_gpujob(job_id, self.namespace, self.api)
+        except NotFoundError:
+            return None
+        return Owner(job_id, str(body["metadata"].get("uid", "")))
+
+    def launch(self, request: LaunchRequest) -> None:
+        owner = self._owner(request.job_id)
+        client.ensure_service(build_service(request.job_id, self.namespace, self.config, owner), self.api)
+        pods = client.list_job_pods(request.job_id, self.namespace, self.api)
+        existing = {p["metadata"]["name"] for p in pods}
+        others = len([n for n in existing if n not in {pod_name_for(i) for i in request.node_ids}])
+        for position, node_id in enumerate(request.node_ids):
+            name = pod_name_for(node_id)
+            if name in existing:
+                continue  # idempotent: that node runs already
+            pod = build_pod(
+                request.spec,
+                request.placement,
+                job=request.job_id,
+                namespace=self.namespace,
+                attempt=request.attempt,
+                node_index=others + position,
+                config=self.config,
+                owner=owner,
+                name=name,
+            )
+            client.create_pod(pod, self.api)
+
+    def observe(self, job_id: str, attempt: int, node_ids: Sequence[str]) -> AttemptObservation:
+        pods = [
+            p
+            for p in client.list_job_pods(job_id, self.namespace, self.api)
+            if p["metadata"].get("labels", {}).get(LABEL_ATTEMPT) == str(attempt)
+        ]
+        nodes = client.list_node_names(self.api)
+        seen = observe_pods(pods, [pod_name_for(n) for n in node_ids], nodes)
+        # Report under the controller's node ids; training progress lives in the pods (not read here).
+        observed = tuple(
+            NodeObservation(nid, o.phase, o.exit_code, o.notice_at, o.ended_at)
+            for nid, o in zip(node_ids, seen, strict=True)
+        )
+        return AttemptObservation(nodes=observed, progress=None)
+
+    def spot_capacity(self, zone: str, now: datetime) -> int | None:
+        return None  # the node provisioner decides; Kubernetes does not tell us in advance
+
+    def stop(self, job_id: str, attempt: int, node_ids: Sequence[str], grace_s: float) -> None:
+        """Delete the pods: the kubelet sends SIGTERM (the notice) and kills after ``grace_s``."""
+        if not node_ids:
+            names = [
+                p["metadata"]["name"]
+                for p in client.list_job_pods(job_id, self.namespace, self.api)
+                if p["metadata"].get("labels", {}).get(LABEL_ATTEMPT) == str(attempt)
+            ]
+        else:
+            names = [pod_name_for(n) for n in node_ids]
+        for name in names:
+            client.delete_pod(name, self.namespace, grace_s=grace_s, api=self.api)
+
+    def log_paths(self, job_id: str) -> list[Path]:
+        return []  # pod output is read through the API: client.pod_logs(job_id, namespace)

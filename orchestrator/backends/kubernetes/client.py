@@ -1,0 +1,268 @@
+"""Talking to a Kubernetes API server with the official ``kubernetes`` client.
+
+Used by ``gpuctl submit --backend kubernetes`` (GPUJob functions) and by the operator and
+:class:`~orchestrator.backends.kubernetes.backend.KubernetesBackend` (pods, services, nodes).
+Every :class:`ApiException` is mapped to :mod:`orchestrator.errors` here, at the boundary.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from typing import Any
+
+from orchestrator.backends.kubernetes.crd import API_VERSION, GROUP, KIND, PLURAL, VERSION
+from orchestrator.backends.kubernetes.manifests import LABEL_JOB
+from orchestrator.errors import (
+    EnvironmentProblem,
+    GpuctlError,
+    NotFoundError,
+    PermanentError,
+    TemporaryError,
+    UserError,
+)
+from orchestrator.spec import JobSpec
+
+try:
+    import kubernetes.client as k8s
+    import kubernetes.config as k8s_config
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError as Urllib3Error
+
+    HAVE_CLIENT = True
+except ImportError:  # pragma: no cover - depends on the installation
+    HAVE_CLIENT = False
+
+
+def _require_client() -> None:
+    if not HAVE_CLIENT:  # pragma: no cover
+        raise EnvironmentProblem(
+            "the Kubernetes backend needs the 'kubernetes' Python package",
+            "pip install 'gpuctl[kubernetes]'",
+        )
+
+
+def api_client(kubeconfig: str | None = None, context: str | None = None) -> Any:
+    """An ApiClient from in-cluster credentials, else from kubeconfig (``$KUBECONFIG`` or ~/.kube)."""
+    _require_client()
+    configuration = k8s.Configuration()
+    try:
+        if kubeconfig is None and context is None:
+            try:
+                k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+                return k8s.ApiClient(configuration)
+            except k8s_config.ConfigException:
+                pass
+        k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
+            config_file=kubeconfig, context=context, client_configuration=configuration
+        )
+    except (k8s_config.ConfigException, OSError) as exc:
+        raise UserError(
+            f"cannot load Kubernetes credentials: {exc}",
+            "set KUBECONFIG or run inside a cluster (check `kubectl config current-context`)",
+        ) from exc
+    return k8s.ApiClient(configuration)
+
+
+def api_client_for(host: str) -> Any:
+    """An ApiClient for a plain URL without credentials (tests, `kubectl proxy`)."""
+    _require_client()
+    configuration = k8s.Configuration(host=host)
+    return k8s.ApiClient(configuration)
+
+
+def map_api_error(exc: Exception, what: str) -> GpuctlError:
+    """The gpuctl error for a failed API call; ``what`` names the operation ("create GPUJob x")."""
+    if isinstance(exc, ApiException):
+        reason = exc.reason
+        with suppress(ValueError, AttributeError):
+            reason = json.loads(exc.body or "{}").get("message", reason)
+        status = exc.status or 0
+        if status == 404:
+            return NotFoundError(f"cannot {what}: not found ({reason})", "check the name and namespace")
+        if status == 409:
+            return UserError(f"cannot {what}: it already exists ({reason})", "pick another name or delete it")
+        if status in (401, 403):
+            return PermanentError(
+                f"cannot {what}: access denied ({reason})",
+                "check the service account / kubeconfig user and the chart's RBAC rules",
+            )
+        if status in (400, 422):
+            return UserError(f"cannot {what}: the API server rejected it ({reason})", "fix the named field")
+        if status == 429 or status >= 500:
+            return TemporaryError(f"cannot {what}: API server busy ({status} {reason})", "retry later")
+        return PermanentError(f"cannot {what}: HTTP {status} {reason}")
+    return TemporaryError(
+        f"cannot {what}: Kubernetes API not reachable ({exc})",
+        "check the cluster address and network (kubectl cluster-info)",
+    )
+
+
+@contextmanager
+def _mapped(what: str) -> Iterator[None]:
+    try:
+        yield
+    except (ApiException, Urllib3Error) as exc:
+        raise map_api_error(exc, what) from exc
+
+
+def _call(what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    with _mapped(what):
+        return fn(*args, **kwargs)
+
+
+def _dict(api: Any, obj: Any) -> dict[str, Any]:
+    out: dict[str, Any] = api.sanitize_for_serialization(obj)
+    return out
+
+
+def gpujob_manifest(spec: JobSpec, namespace: str) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {"name": spec.name, "namespace": namespace, "labels": dict(spec.labels)},
+        "spec": spec.to_dict(),
+    }
+
+
+def create_gpujob(spec: JobSpec, namespace: str, api: Any | None = None) -> dict[str, Any]:
+    api = api or api_client()
+    body = gpujob_manifest(spec, namespace)
+    custom = k8s.CustomObjectsApi(api)
+    created: dict[str, Any] = _call(
+        f"create GPUJob {spec.name}",
+        custom.create_namespaced_custom_object,
+        GROUP,
+        VERSION,
+        namespace,
+        PLURAL,
+        body,
+    )
+    return created
+
+
+def get_gpujob(name: str, namespace: str, api: Any | None = None) -> dict[str, Any]:
+    custom = k8s.CustomObjectsApi(api or api_client())
+    obj: dict[str, Any] = _call(
+        f"get GPUJob {name}", custom.get_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, name
+    )
+    return obj
+
+
+def list_gpujobs(namespace: str, api: Any | None = None) -> list[dict[str, Any]]:
+    custom = k8s.CustomObjectsApi(api or api_client())
+    listing = _call("list GPUJobs", custom.list_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL)
+    return list(listing.get("items", []))
+
+
+def delete_gpujob(name: str, namespace: str, api: Any | None = None) -> None:
+    custom = k8s.CustomObjectsApi(api or api_client())
+    _call(
+        f"delete GPUJob {name}",
+        custom.delete_namespaced_custom_object,
+        GROUP,
+        VERSION,
+        namespace,
+        PLURAL,
+        name,
+    )
+
+
+def patch_gpujob_status(name: str, namespace: str, status: dict[str, Any], api: Any | None = None) -> None:
+    custom = k8s.CustomObjectsApi(api or api_client())
+    _call(
+        f"update status of GPUJob {name}",
+        custom.patch_namespaced_custom_object_status,
+        GROUP,
+        VERSION,
+        namespace,
+        PLURAL,
+        name,
+        {"status": status},
+    )
+
+
+def list_job_pods(job: str, namespace: str, api: Any | None = None) -> list[dict[str, Any]]:
+    """The job's pods. Filters by label on the client too (some API emulators ignore selectors)."""
+    api = api or api_client()
+    core = k8s.CoreV1Api(api)
+    listing = _call(
+        f"list pods of {job}", core.list_namespaced_pod, namespace, label_selector=f"{LABEL_JOB}={job}"
+    )
+    pods = [_dict(api, p) for p in listing.items]
+    return [p for p in pods if (p.get("metadata", {}).get("labels") or {}).get(LABEL_JOB) == job]
+
+
+def create_pod(pod: dict[str, Any], api: Any | None = None) -> None:
+    """Create a pod; one of that name that exists already is left alone (idempotent)."""
+    core = k8s.CoreV1Api(api or api_client())
+    meta = pod["metadata"]
+    try:
+        _call(f"create pod {meta['name']}", core.create_namespaced_pod, meta["namespace"], pod)
+    except UserError as err:
+        if "already exists" not in err.what:
+            raise
+
+
+def delete_pod(name: str, namespace: str, grace_s: float | None = None, api: Any | None = None) -> None:
+    """Delete a pod; one that is already gone is fine."""
+    core = k8s.CoreV1Api(api or api_client())
+    kwargs: dict[str, Any] = {}
+    if grace_s is not None:
+        kwargs["grace_period_seconds"] = int(grace_s)
+    with suppress(NotFoundError):
+        _call(f"delete pod {name}", core.delete_namespaced_pod, name, namespace, **kwargs)
+
+
+def ensure_service(service: dict[str, Any], api: Any | None = None) -> None:
+    """Create the rendezvous Service unless it exists."""
+    core = k8s.CoreV1Api(api or api_client())
+    meta = service["metadata"]
+    try:
+        _call(f"create service {meta['name']}", core.create_namespaced_service, meta["namespace"], service)
+    except UserError as err:
+        if "already exists" not in err.what:
+            raise
+
+
+def delete_service(name: str, namespace: str, api: Any | None = None) -> None:
+    core = k8s.CoreV1Api(api or api_client())
+    with suppress(NotFoundError):
+        _call(f"delete service {name}", core.delete_namespaced_service, name, namespace)
+
+
+def list_node_names(api: Any | None = None) -> set[str] | None:
+    """Names of the cluster's nodes; ``None`` when this account may not list nodes."""
+    core = k8s.CoreV1Api(api or api_client())
+    try:
+        listing = _call("list nodes", core.list_node)
+    except (PermanentError, NotFoundError):
+        return None
+    return {str(n.metadata.name) for n in listing.items}
+
+
+def pod_logs(
+    job: str,
+    namespace: str,
+    node_index: int | None = None,
+    tail_lines: int | None = None,
+    api: Any | None = None,
+) -> str:
+    """The trainer's output of the job's pods (all, or one node), each block headed by the pod name."""
+    api = api or api_client()
+    core = k8s.CoreV1Api(api)
+    pods = sorted(list_job_pods(job, namespace, api), key=lambda p: p["metadata"]["name"])
+    if node_index is not None:
+        pods = [p for p in pods if p["metadata"]["labels"].get("gpuctl.dev/node-index") == str(node_index)]
+    if not pods:
+        raise NotFoundError(f"job {job} has no pods in namespace {namespace}", "check `kubectl get gj -n NS`")
+    parts = []
+    for pod in pods:
+        name = pod["metadata"]["name"]
+        kwargs: dict[str, Any] = {"container": "trainer"}
+        if tail_lines is not None:
+            kwargs["tail_lines"] = tail_lines
+        text = _call(f"read logs of {name}", core.read_namespaced_pod_log, name, namespace, **kwargs)
+        parts.append(f"==> {name} <==\n{text}")
+    return "\n".join(parts)

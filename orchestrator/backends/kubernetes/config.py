@@ -1,0 +1,110 @@
+"""Cluster-specific settings of the Kubernetes backend: GPU product labels, spot labels, images.
+
+Defaults fit clusters running NVIDIA GPU Feature Discovery (``nvidia.com/gpu.product``) and one of
+the common node provisioners; the Helm chart passes overrides as JSON (``KubeConfig.from_dict``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from orchestrator.catalog.offers import MarketKind
+from orchestrator.errors import UserError
+
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+GPU_RESOURCE = "nvidia.com/gpu"
+
+DEFAULT_GPU_PRODUCTS: dict[str, list[str]] = {
+    "H100": ["NVIDIA-H100-80GB-HBM3", "NVIDIA-H100-PCIe", "NVIDIA-H100-NVL"],
+    "H200": ["NVIDIA-H200", "NVIDIA-H200-NVL"],
+    "A100": ["NVIDIA-A100-SXM4-40GB", "NVIDIA-A100-PCIE-40GB"],
+    "A100-80GB": ["NVIDIA-A100-SXM4-80GB", "NVIDIA-A100-80GB-PCIe"],
+    "A10G": ["NVIDIA-A10G"],
+    "L4": ["NVIDIA-L4"],
+    "L40S": ["NVIDIA-L40S"],
+    "T4": ["Tesla-T4"],
+    "V100": ["Tesla-V100-SXM2-16GB", "Tesla-V100-SXM2-32GB", "Tesla-V100-PCIE-16GB"],
+}
+"""gpuctl catalog GPU names -> values GPU Feature Discovery writes into ``nvidia.com/gpu.product``."""
+
+
+@dataclass(frozen=True)
+class CapacityLabels:
+    """How one node provisioner marks spot and on-demand nodes."""
+
+    key: str
+    spot_value: str
+    on_demand_value: str | None
+    """``None``: on-demand nodes lack the label (or carry another value), so select ``NotIn spot``."""
+    spot_taint: bool = False
+    """Spot nodes carry a ``key=spot_value:NoSchedule`` taint that pods must tolerate."""
+
+
+CAPACITY_PROVIDERS: dict[str, CapacityLabels] = {
+    "karpenter": CapacityLabels("karpenter.sh/capacity-type", "spot", "on-demand"),
+    "eks": CapacityLabels("eks.amazonaws.com/capacityType", "SPOT", "ON_DEMAND"),
+    "gke": CapacityLabels("cloud.google.com/gke-spot", "true", None, spot_taint=True),
+    "aks": CapacityLabels("kubernetes.azure.com/scalesetpriority", "spot", None, spot_taint=True),
+}
+
+
+@dataclass(frozen=True)
+class KubeConfig:
+    """Settings of the backend and operator; every field can be set from the chart's values."""
+
+    namespace: str = "default"
+    capacity_provider: str = "karpenter"
+    gpu_products: dict[str, list[str]] = field(default_factory=lambda: dict(DEFAULT_GPU_PRODUCTS))
+    gpu_products_extra: dict[str, list[str]] = field(default_factory=dict)
+    """Entries merged over ``gpu_products`` (the chart's ``gpuProducts`` value)."""
+    default_image: str = "ghcr.io/gpuctl/gpuctl:0.1.0"
+    monitor_image: str = "ghcr.io/gpuctl/gpuctl:0.1.0"
+    monitor_port: int = 9400
+    rendezvous_port: int = 29400
+    checkpoint_pvc: str | None = "gpuctl-checkpoints"
+    checkpoint_mount: str = "/checkpoints"
+    service_account: str | None = None
+    regrow_after_s: float = 600.0
+    """An elastic job running below ``max`` nodes asks for the missing ones again after this long."""
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> KubeConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise UserError(
+                f"unknown Kubernetes backend setting(s): {', '.join(unknown)}",
+                f"use only {', '.join(sorted(known))}",
+            )
+        config = cls(**data)
+        config.capacity_labels()  # fail early on an unknown provider
+        return config
+
+    def capacity_labels(self) -> CapacityLabels:
+        try:
+            return CAPACITY_PROVIDERS[self.capacity_provider]
+        except KeyError:
+            raise UserError(
+                f"unknown capacity provider '{self.capacity_provider}'",
+                f"set capacityProvider to one of {', '.join(CAPACITY_PROVIDERS)}",
+            ) from None
+
+    def products_for(self, gpu_type: str) -> list[str]:
+        table = {**self.gpu_products, **self.gpu_products_extra}
+        by_lower = {k.lower(): v for k, v in table.items()}
+        products = by_lower.get(gpu_type.lower())
+        if not products:
+            raise UserError(
+                f"no nvidia.com/gpu.product label is known for GPU type '{gpu_type}'",
+                "add it to gpuProducts in the chart values (e.g. H100: [NVIDIA-H100-80GB-HBM3])",
+            )
+        return products
+
+    def market_expression(self, market: MarketKind) -> dict[str, Any]:
+        labels = self.capacity_labels()
+        if market is MarketKind.SPOT:
+            return {"key": labels.key, "operator": "In", "values": [labels.spot_value]}
+        if labels.on_demand_value is None:
+            return {"key": labels.key, "operator": "NotIn", "values": [labels.spot_value]}
+        return {"key": labels.key, "operator": "In", "values": [labels.on_demand_value]}

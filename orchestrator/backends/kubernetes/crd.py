@@ -1,0 +1,266 @@
+"""The GPUJob CustomResourceDefinition, generated from the job spec model.
+
+One source of truth: ``spec`` of a GPUJob is the job spec, and its OpenAPI schema is converted from
+:func:`orchestrator.spec.job_spec_json_schema` into a Kubernetes *structural* schema:
+
+- ``$ref`` to ``$defs`` are inlined;
+- ``X | None`` becomes ``X`` with ``nullable: true``;
+- unions Kubernetes cannot type (``int | NodeRange``, ``str | list[str]``) become
+  ``x-kubernetes-preserve-unknown-fields`` (the operator validates them with the pydantic model);
+- ``additionalProperties: false``, ``title`` and JSON-Schema-only keywords are dropped, and the draft
+  2020-12 numeric ``exclusiveMinimum`` becomes OpenAPI 3.0's ``minimum`` + ``exclusiveMinimum: true``.
+
+Write the chart's copy with ``python -m orchestrator.backends.kubernetes.crd [PATH]``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from orchestrator.errors import InternalError
+from orchestrator.spec import job_spec_json_schema
+
+GROUP = "gpuctl.dev"
+VERSION = "v1alpha1"
+PLURAL = "gpujobs"
+SINGULAR = "gpujob"
+KIND = "GPUJob"
+SHORT_NAME = "gj"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+CONDITION_REASONS = ("Placed", "Running", "Preempted", "Rescaled", "Succeeded", "Failed")
+DEFAULT_CRD_PATH = Path("charts/gpuctl/crds/gpujob.yaml")
+
+_DROPPED_KEYS = {"title", "$schema", "$id", "$defs", "additionalProperties", "examples"}
+_KEPT_KEYS = {
+    "type",
+    "description",
+    "properties",
+    "required",
+    "items",
+    "enum",
+    "minimum",
+    "maximum",
+    "minLength",
+    "maxLength",
+    "minItems",
+    "maxItems",
+    "pattern",
+    "format",
+    "default",
+}
+
+
+def _resolve(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    ref = node.get("$ref")
+    if ref is None:
+        return node
+    name = ref.removeprefix("#/$defs/")
+    if name not in defs:
+        raise InternalError(f"job spec schema refers to unknown definition {ref!r}")
+    merged = {**defs[name], **{k: v for k, v in node.items() if k != "$ref"}}
+    return _resolve(merged, defs)
+
+
+def _without_nulls(value: Any) -> Any:
+    """Defaults with ``null`` members are noise in a CRD: an unset field already means "none"."""
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    return value
+
+
+def to_structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    """Convert one JSON Schema node (pydantic's output) into a structural OpenAPI v3 schema node."""
+    node = _resolve(node, defs)
+    out: dict[str, Any] = {}
+    if "anyOf" in node:
+        branches = [_resolve(b, defs) for b in node["anyOf"]]
+        typed = [b for b in branches if b.get("type") != "null"]
+        if len(typed) < len(branches):
+            out["nullable"] = True
+        if len(typed) == 1:
+            inner = to_structural(typed[0], defs)
+            out = {**inner, **out}
+        else:
+            # int | NodeRange, str | list[str]: no single structural type; the operator validates.
+            out["x-kubernetes-preserve-unknown-fields"] = True
+            kinds = " or ".join(str(b.get("type", "value")) for b in typed)
+            out["description"] = f"one of: {kinds}"
+    for key, value in node.items():
+        if key in _DROPPED_KEYS or key == "anyOf" or key == "$ref":
+            continue
+        if key == "properties":
+            out["properties"] = {name: to_structural(sub, defs) for name, sub in value.items()}
+        elif key == "items":
+            out["items"] = to_structural(value, defs)
+        elif key == "exclusiveMinimum":
+            out["minimum"] = value
+            out["exclusiveMinimum"] = True
+        elif key == "default":
+            if value is not None:
+                out["default"] = _without_nulls(value)
+        elif key in _KEPT_KEYS:
+            out[key] = value
+        else:
+            raise InternalError(f"job spec schema keyword {key!r} has no CRD conversion; extend crd.py")
+    add = node.get("additionalProperties")
+    if isinstance(add, dict):
+        out["additionalProperties"] = to_structural(add, defs)
+    if out.get("x-kubernetes-preserve-unknown-fields"):
+        out.pop("type", None)
+    return out
+
+
+def spec_openapi_schema() -> dict[str, Any]:
+    """The structural schema of a GPUJob's ``spec``. ``name`` defaults to ``metadata.name``."""
+    schema = job_spec_json_schema()
+    structural = to_structural(schema, schema.get("$defs", {}))
+    structural["required"] = [r for r in structural.get("required", []) if r != "name"]
+    structural["properties"]["name"]["description"] = "job name; defaults to metadata.name"
+    return structural
+
+
+def status_openapi_schema() -> dict[str, Any]:
+    condition = {
+        "type": "object",
+        "required": ["type", "status"],
+        "properties": {
+            "type": {"type": "string"},
+            "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
+            "reason": {"type": "string", "description": "one of " + ", ".join(CONDITION_REASONS)},
+            "message": {"type": "string"},
+            "lastTransitionTime": {"type": "string", "format": "date-time"},
+        },
+    }
+    segment = {
+        "type": "object",
+        "properties": {
+            "start": {"type": "string", "format": "date-time"},
+            "end": {"type": "string", "format": "date-time", "nullable": True},
+            "nodes": {"type": "integer"},
+            "gpuType": {"type": "string"},
+            "market": {"type": "string"},
+            "nodePriceUsdPerHour": {"type": "number"},
+            "endReason": {"type": "string"},
+        },
+    }
+    return {
+        "type": "object",
+        "description": "all job state lives here: the operator keeps none of its own",
+        "properties": {
+            "state": {"type": "string", "description": "a gpuctl JobStatus such as RUNNING"},
+            "message": {"type": "string"},
+            "gpuType": {"type": "string"},
+            "market": {"type": "string"},
+            "nodePriceUsdPerHour": {"type": "number"},
+            "nodes": {"type": "integer", "description": "pods running now"},
+            "desiredNodes": {"type": "integer"},
+            "attempt": {"type": "integer"},
+            "restarts": {"type": "integer"},
+            "preemptions": {"type": "integer"},
+            "costUsd": {"type": "number"},
+            "observedGeneration": {"type": "integer"},
+            "failureReason": {"type": "string"},
+            "placement": {
+                "type": "object",
+                "description": "placement of the current attempt",
+                "properties": {
+                    "gpu_type": {"type": "string"},
+                    "market": {"type": "string"},
+                    "cloud": {"type": "string"},
+                    "region": {"type": "string"},
+                    "zone": {"type": "string"},
+                    "instance_type": {"type": "string"},
+                    "gpus_per_node": {"type": "integer"},
+                    "node_price_usd_per_hour": {"type": "number"},
+                    "on_demand_node_price_usd_per_hour": {"type": "number"},
+                    "price_source": {"type": "string"},
+                },
+            },
+            "pods": {"type": "array", "items": {"type": "string"}, "description": "pods of the attempt"},
+            "endedNodes": {"type": "array", "items": {"type": "string"}},
+            "preemptedInAttempt": {"type": "boolean"},
+            "rescaledAt": {"type": "string", "format": "date-time", "nullable": True},
+            "segments": {"type": "array", "items": segment},
+            "conditions": {
+                "type": "array",
+                "items": condition,
+                "x-kubernetes-list-type": "map",
+                "x-kubernetes-list-map-keys": ["type"],
+            },
+        },
+    }
+
+
+def gpujob_crd() -> dict[str, Any]:
+    """The whole CustomResourceDefinition manifest."""
+    columns = [
+        {"name": "State", "type": "string", "jsonPath": ".status.state"},
+        {"name": "GPU", "type": "string", "jsonPath": ".status.gpuType"},
+        {"name": "Market", "type": "string", "jsonPath": ".status.market"},
+        {"name": "Nodes", "type": "integer", "jsonPath": ".status.nodes"},
+        {"name": "Cost", "type": "number", "jsonPath": ".status.costUsd", "description": "USD so far"},
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    ]
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{PLURAL}.{GROUP}"},
+        "spec": {
+            "group": GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": KIND,
+                "listKind": f"{KIND}List",
+                "plural": PLURAL,
+                "singular": SINGULAR,
+                "shortNames": [SHORT_NAME],
+                "categories": ["gpuctl"],
+            },
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": columns,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "description": "A GPU training job run by the gpuctl operator.",
+                            "required": ["spec"],
+                            "properties": {
+                                "apiVersion": {"type": "string"},
+                                "kind": {"type": "string"},
+                                "metadata": {"type": "object"},
+                                "spec": spec_openapi_schema(),
+                                "status": status_openapi_schema(),
+                            },
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+def render_crd_yaml() -> str:
+    header = "# Generated by `python -m orchestrator.backends.kubernetes.crd`: do not edit by hand.\n"
+    return header + yaml.safe_dump(gpujob_crd(), sort_keys=False, width=110)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    path = Path(args[0]) if args else DEFAULT_CRD_PATH
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render_crd_yaml(), encoding="utf-8")
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

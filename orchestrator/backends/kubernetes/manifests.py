@@ -1,0 +1,265 @@
+"""Pure builders: job spec + placement -> pod manifests (one pod per node) and a headless Service.
+
+Nothing here talks to a cluster; the operator and :class:`KubernetesBackend` send what these return.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator import contract
+from orchestrator.backends.base import Placement
+from orchestrator.backends.kubernetes.config import GPU_PRODUCT_LABEL, GPU_RESOURCE, KubeConfig
+from orchestrator.backends.kubernetes.crd import API_VERSION, KIND
+from orchestrator.catalog.offers import MarketKind
+from orchestrator.spec import JobSpec, parse_duration
+
+LABEL_JOB = "gpuctl.dev/job"
+LABEL_ATTEMPT = "gpuctl.dev/attempt"
+LABEL_NODE_INDEX = "gpuctl.dev/node-index"
+LABEL_MANAGED = "app.kubernetes.io/managed-by"
+TRAINER = "trainer"
+MONITOR = "monitor"
+SHARED_DIR = "/gpuctl/shared"
+PROGRESS_FILE = f"{SHARED_DIR}/progress.jsonl"
+NOTICE_FILE = f"{SHARED_DIR}/notice"
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The GPUJob that owns the pods (garbage collection removes them with it)."""
+
+    name: str
+    uid: str
+
+    def reference(self) -> dict[str, Any]:
+        return {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "name": self.name,
+            "uid": self.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+
+
+def service_name(job: str) -> str:
+    return f"{job[:55]}-rdzv"
+
+
+def pod_name(job: str, node_index: int) -> str:
+    return f"{job[:50]}-n{node_index}"
+
+
+def node_hostname(node_index: int) -> str:
+    return f"n{node_index}"
+
+
+def job_labels(job: str) -> dict[str, str]:
+    return {LABEL_JOB: job, LABEL_MANAGED: "gpuctl"}
+
+
+def _metadata(name: str, namespace: str, labels: dict[str, str], owner: Owner | None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": labels}
+    if owner is not None:
+        meta["ownerReferences"] = [owner.reference()]
+    return meta
+
+
+def build_service(job: str, namespace: str, config: KubeConfig, owner: Owner | None = None) -> dict[str, Any]:
+    """Headless Service giving each pod a stable DNS name ``nI.<service>`` for the c10d rendezvous."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(service_name(job), namespace, job_labels(job), owner),
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {LABEL_JOB: job},
+            "ports": [{"name": "rendezvous", "port": config.rendezvous_port, "protocol": "TCP"}],
+        },
+    }
+
+
+def rendezvous_endpoint(job: str, namespace: str, config: KubeConfig) -> str:
+    return f"{node_hostname(0)}.{service_name(job)}.{namespace}.svc:{config.rendezvous_port}"
+
+
+def trainer_argv(spec: JobSpec, job: str, namespace: str, config: KubeConfig) -> list[str]:
+    res = spec.resources
+    torchrun = [
+        "torchrun",
+        f"--nnodes={res.min_nodes}:{res.max_nodes}" if res.elastic else f"--nnodes={res.min_nodes}",
+        f"--nproc-per-node={res.gpus_per_node}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={rendezvous_endpoint(job, namespace, config)}",
+        f"--rdzv-id={job}",
+        "--max-restarts=0",
+        *spec.command_argv,
+    ]
+    if spec.setup is None:
+        return torchrun
+    return ["/bin/sh", "-c", f"{spec.setup}\nexec {shlex.join(torchrun)}"]
+
+
+def checkpoint_dir(spec: JobSpec, job: str, config: KubeConfig) -> str:
+    path = spec.checkpoint.path
+    if path is not None and path.startswith("s3://"):
+        return path
+    return f"{config.checkpoint_mount}/{job}"
+
+
+def _env(spec: JobSpec, job: str, attempt: int, name: str, config: KubeConfig) -> list[dict[str, str]]:
+    ckpt = spec.checkpoint
+    values: dict[str, str] = {
+        contract.ENV_JOB_ID: job,
+        contract.ENV_ATTEMPT: str(attempt),
+        contract.ENV_NODE_ID: name,
+        contract.ENV_CHECKPOINT_DIR: checkpoint_dir(spec, job, config),
+        contract.ENV_CHECKPOINT_KEEP: str(ckpt.keep),
+        contract.ENV_PROGRESS_FILE: PROGRESS_FILE,
+        contract.ENV_NOTICE_FILE: NOTICE_FILE,
+        contract.ENV_NOTICE_SIGNAL: "SIGTERM",
+    }
+    if ckpt.every_steps is not None:
+        values[contract.ENV_CHECKPOINT_EVERY_STEPS] = str(ckpt.every_steps)
+    if ckpt.every is not None:
+        values[contract.ENV_CHECKPOINT_EVERY_SECONDS] = str(int(parse_duration(ckpt.every).total_seconds()))
+    if spec.policies.global_batch is not None:
+        values[contract.ENV_GLOBAL_BATCH] = str(spec.policies.global_batch)
+    user_env = {k: v for k, v in spec.env.items() if k not in values}
+    return [{"name": k, "value": v} for k, v in {**user_env, **values}.items()]
+
+
+def _affinity(spec: JobSpec, placement: Placement, config: KubeConfig) -> dict[str, Any]:
+    """Required: one of the spec's GPU products and the placement's market; preferred: its GPU type."""
+    products = [p for t in spec.resources.gpu_types for p in config.products_for(t)]
+    required = [
+        {"key": GPU_PRODUCT_LABEL, "operator": "In", "values": list(dict.fromkeys(products))},
+        config.market_expression(placement.market),
+    ]
+    preferred = {
+        "key": GPU_PRODUCT_LABEL,
+        "operator": "In",
+        "values": config.products_for(placement.gpu_type),
+    }
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": required}]
+            },
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 100, "preference": {"matchExpressions": [preferred]}}
+            ],
+        }
+    }
+
+
+def _tolerations(placement: Placement, config: KubeConfig) -> list[dict[str, Any]]:
+    tolerations: list[dict[str, Any]] = [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
+    labels = config.capacity_labels()
+    if placement.market is MarketKind.SPOT and labels.spot_taint:
+        tolerations.append(
+            {"key": labels.key, "operator": "Equal", "value": labels.spot_value, "effect": "NoSchedule"}
+        )
+    return tolerations
+
+
+def _trainer_resources(spec: JobSpec) -> dict[str, Any]:
+    res = spec.resources
+    limits: dict[str, str] = {GPU_RESOURCE: str(res.gpus_per_node)}
+    requests: dict[str, str] = {}
+    if res.cpus_per_node is not None:
+        requests["cpu"] = limits["cpu"] = f"{res.cpus_per_node:g}"
+    if res.memory_gib_per_node is not None:
+        requests["memory"] = limits["memory"] = f"{round(res.memory_gib_per_node * 1024)}Mi"
+    return {"limits": limits, "requests": requests} if requests else {"limits": limits}
+
+
+def _monitor_container(job: str, name: str, config: KubeConfig) -> dict[str, Any]:
+    """Native sidecar (init container that keeps running): the pod still completes with the trainer."""
+    return {
+        "name": MONITOR,
+        "image": config.monitor_image,
+        "restartPolicy": "Always",
+        "command": ["python", "-m", "orchestrator.monitor"],
+        "args": [
+            f"--job={job}",
+            f"--port={config.monitor_port}",
+            "--cloud=auto",
+            f"--notice-file={NOTICE_FILE}",
+            f"--summary-file={SHARED_DIR}/monitor-summary.jsonl",
+        ],
+        # No GPU request of its own: the NVIDIA runtime exposes the node's GPUs to read through NVML.
+        "env": [
+            {"name": contract.ENV_NODE_ID, "value": name},
+            {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
+        ],
+        "ports": [{"name": "metrics", "containerPort": config.monitor_port, "protocol": "TCP"}],
+        "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
+        "volumeMounts": [{"name": "gpuctl-shared", "mountPath": SHARED_DIR}],
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": 65532,
+            "readOnlyRootFilesystem": True,
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+        },
+    }
+
+
+def build_pod(
+    spec: JobSpec,
+    placement: Placement,
+    *,
+    job: str,
+    namespace: str,
+    attempt: int,
+    node_index: int,
+    config: KubeConfig,
+    owner: Owner | None = None,
+    name: str | None = None,
+) -> dict[str, Any]:
+    """The pod of one node of an attempt; ``name`` defaults to :func:`pod_name` (``JOB-nINDEX``)."""
+    name = name or pod_name(job, node_index)
+    labels = {**job_labels(job), LABEL_ATTEMPT: str(attempt), LABEL_NODE_INDEX: str(node_index)}
+    mounts = [{"name": "gpuctl-shared", "mountPath": SHARED_DIR}]
+    volumes: list[dict[str, Any]] = [{"name": "gpuctl-shared", "emptyDir": {}}]
+    uses_pvc = not checkpoint_dir(spec, job, config).startswith("s3://")
+    if uses_pvc and config.checkpoint_pvc is not None:
+        mounts.append({"name": "checkpoints", "mountPath": config.checkpoint_mount})
+        volumes.append({"name": "checkpoints", "persistentVolumeClaim": {"claimName": config.checkpoint_pvc}})
+    trainer = {
+        "name": TRAINER,
+        "image": spec.image or config.default_image,
+        "command": trainer_argv(spec, job, namespace, config),
+        "workingDir": spec.workdir if spec.workdir.startswith("/") else None,
+        "env": _env(spec, job, attempt, name, config),
+        "ports": [{"name": "rendezvous", "containerPort": config.rendezvous_port, "protocol": "TCP"}],
+        "resources": _trainer_resources(spec),
+        "volumeMounts": mounts,
+    }
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "hostname": node_hostname(node_index),
+        "subdomain": service_name(job),
+        "terminationGracePeriodSeconds": math.ceil(spec.checkpoint.notice_grace_seconds),
+        "affinity": _affinity(spec, placement, config),
+        "tolerations": _tolerations(placement, config),
+        "initContainers": [_monitor_container(job, name, config)],
+        "containers": [{k: v for k, v in trainer.items() if v is not None}],
+        "volumes": volumes,
+    }
+    if config.service_account:
+        pod_spec["serviceAccountName"] = config.service_account
+    annotations = {
+        "gpuctl.dev/gpu-type": placement.gpu_type,
+        "gpuctl.dev/market": str(placement.market),
+        "gpuctl.dev/node-price-usd-per-hour": f"{placement.node_price_usd_per_hour:g}",
+    }
+    meta = _metadata(name, namespace, labels, owner)
+    meta["annotations"] = annotations
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": pod_spec}

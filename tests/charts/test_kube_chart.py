@@ -1,0 +1,147 @@
+"""The Helm chart rendered by real Helm (helm-python-sdk), every manifest validated against Kubernetes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import helm_python
+import kubernetes_validate
+import pytest
+import yaml
+
+from orchestrator.backends.kubernetes.config import KubeConfig
+
+CHART = Path(__file__).resolve().parents[2] / "charts/gpuctl"
+KUBE_VERSION = "1.33"
+VARIANTS: dict[str, dict[str, Any]] = {
+    "default": {},
+    "everything": {
+        "watchNamespaces": ["ml", "research"],
+        "capacityProvider": "gke",
+        "gpuProducts": {"B200": ["NVIDIA-B200"]},
+        "checkpoints": {"pvc": {"create": True, "storageClassName": "filestore"}},
+        "serviceMonitor": {"enabled": True, "labels": {"release": "prom"}},
+        "priceCatalog": {"csv": "cloud,instance_type\n"},
+        "imagePullSecrets": [{"name": "regcred"}],
+        "tolerations": [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}],
+    },
+    "no-rbac": {"rbac": {"create": False}, "serviceAccount": {"create": False, "name": "existing"}},
+}
+
+
+def render(values: dict[str, Any]) -> list[dict[str, Any]]:
+    chart = helm_python.Chart.load(CHART)
+    files = chart.render(values, name="gpuctl", namespace="gpuctl", is_install=True)
+    return [doc for text in files.values() for doc in yaml.safe_load_all(text) if doc]
+
+
+@pytest.fixture(scope="module")
+def rendered() -> dict[str, list[dict[str, Any]]]:
+    return {name: render(values) for name, values in VARIANTS.items()}
+
+
+def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_every_manifest_is_valid_for_kubernetes(
+    rendered: dict[str, list[dict[str, Any]]], variant: str
+) -> None:
+    docs = rendered[variant]
+    assert docs
+    for doc in docs:
+        if doc["apiVersion"] == "monitoring.coreos.com/v1":
+            continue  # the Prometheus Operator's CRD: no official schema; checked below
+        kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
+
+
+def test_chart_crds_are_valid() -> None:
+    chart = helm_python.Chart.load(CHART)
+    crds = chart.crds
+    assert [Path(c["name"]).name for c in crds] == ["gpujob.yaml"]
+    kubernetes_validate.validate(
+        yaml.safe_load((CHART / "crds/gpujob.yaml").read_text()), KUBE_VERSION, strict=True
+    )
+
+
+def test_lint_is_clean() -> None:
+    for values in VARIANTS.values():
+        report = helm_python.lint(CHART, values, strict=True, kube_version="v1.33.0")
+        assert report["errors"] == []
+        assert [m for m in report["messages"] if m["severity"] >= 2] == []
+
+
+def test_rbac_is_least_privilege(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    docs = rendered["everything"]
+    roles = by_kind(docs, "Role")
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["ml", "research"]
+    assert len(by_kind(docs, "RoleBinding")) == 2
+    for role in [*roles, *by_kind(docs, "ClusterRole")]:
+        for rule in role["rules"]:
+            assert "*" not in rule["verbs"] and "*" not in rule["resources"] and "*" not in rule["apiGroups"]
+    (cluster_role,) = by_kind(docs, "ClusterRole")
+    cluster_verbs = {v for rule in cluster_role["rules"] for v in rule["verbs"]}
+    assert cluster_verbs <= {"get", "list", "watch"}
+    assert {r for rule in cluster_role["rules"] for r in rule["resources"]} == {
+        "nodes",
+        "namespaces",
+        "customresourcedefinitions",
+    }
+    none = rendered["no-rbac"]
+    assert (
+        not by_kind(none, "Role") and not by_kind(none, "ClusterRole") and not by_kind(none, "ServiceAccount")
+    )
+    (deploy,) = by_kind(none, "Deployment")
+    assert deploy["spec"]["template"]["spec"]["serviceAccountName"] == "existing"
+
+
+def test_operator_pod_is_locked_down(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    (deploy,) = by_kind(rendered["default"], "Deployment")
+    pod = deploy["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    (container,) = pod["containers"]
+    sc = container["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"]["drop"] == ["ALL"]
+    assert container["resources"]["requests"] == {"cpu": "100m", "memory": "256Mi"}
+    assert "--namespace=gpuctl" in container["args"]
+
+
+def test_config_map_feeds_the_backend_settings(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    (cm,) = by_kind(rendered["everything"], "ConfigMap")
+    config = KubeConfig.from_dict(json.loads(cm["data"]["operator.json"]))
+    assert config.capacity_provider == "gke"
+    assert config.products_for("B200") == ["NVIDIA-B200"]
+    assert config.regrow_after_s == 600
+    assert cm["data"]["prices.csv"].startswith("cloud,instance_type")
+    (deploy,) = by_kind(rendered["everything"], "Deployment")
+    env = {e["name"] for e in deploy["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert "GPUCTL_PRICE_CATALOG" in env
+
+
+def test_optional_service_monitor_and_pvcs(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    assert not by_kind(rendered["default"], "ServiceMonitor")
+    (monitor,) = by_kind(rendered["everything"], "ServiceMonitor")
+    assert monitor["metadata"]["labels"]["release"] == "prom"
+    assert monitor["spec"]["endpoints"] == [{"port": "metrics", "interval": "30s"}]
+    (svc,) = by_kind(rendered["everything"], "Service")
+    assert svc["spec"]["ports"][0]["name"] == "metrics"
+    pvcs = by_kind(rendered["everything"], "PersistentVolumeClaim")
+    assert sorted(p["metadata"]["namespace"] for p in pvcs) == ["ml", "research"]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"capacityProvider": "ibm"},
+        {"metrics": {"port": 0}},
+        {"unknownKey": 1},
+        {"watchNamespaces": ["Not_A_Namespace"]},
+    ],
+)
+def test_values_schema_rejects_bad_values(bad: dict[str, Any]) -> None:
+    with pytest.raises(helm_python.HelmError):
+        render(bad)

@@ -1,0 +1,118 @@
+"""The operator's decision: gpuctl's controller reconcile fed from GPUJob status and pods (no API)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from operators.kubernetes.step import Decision, step
+from orchestrator.backends.base import Placement
+from orchestrator.catalog.offers import MarketKind
+from orchestrator.spec import JobSpec
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+SPOT = Placement("H100", MarketKind.SPOT, "aws", "r", "z", "p5", 8, 10.0, 40.0, "test")
+ON_DEMAND = Placement("H100", MarketKind.ON_DEMAND, "aws", "r", "z", "p5", 8, 40.0, 40.0, "test")
+
+
+def job(nodes: Any = 2, **over: Any) -> JobSpec:
+    return JobSpec.model_validate(
+        {"name": "j", "command": "t.py", "resources": {"nodes": nodes}, "market": {"mode": "spot"}, **over}
+    )
+
+
+def pod(
+    name: str, attempt: int, phase: str = "Running", exit_code: int | None = None, **status: Any
+) -> dict[str, Any]:
+    containers = (
+        [{"name": "trainer", "state": {"terminated": {"exitCode": exit_code}}}]
+        if exit_code is not None
+        else []
+    )
+    return {
+        "metadata": {"name": name, "labels": {"gpuctl.dev/job": "j", "gpuctl.dev/attempt": str(attempt)}},
+        "status": {"phase": phase, "containerStatuses": containers, **status},
+    }
+
+
+def run(
+    spec: JobSpec, status: dict[str, Any], pods: list[dict[str, Any]], at: timedelta = timedelta()
+) -> Decision:
+    return step(spec, status, pods, None, (SPOT, ON_DEMAND), "j", T0, T0 + at)
+
+
+def running(spec: JobSpec, n: int) -> dict[str, Any]:
+    d = run(spec, {}, [])
+    assert d.status["state"] == "LAUNCHING" and d.create == tuple(range(n))
+    d = run(spec, d.status, [pod(f"j-n{i}", 1) for i in range(n)])
+    assert d.status["state"] == "RUNNING"
+    return d.status
+
+
+def condition(status: dict[str, Any], kind: str) -> dict[str, Any]:
+    return next(c for c in status["conditions"] if c["type"] == kind)
+
+
+def test_new_job_is_placed_on_spot_and_costs_by_segment() -> None:
+    d = run(job(2), {}, [])
+    assert d.status["attempt"] == 1 and d.status["market"] == "spot" and d.status["pods"] == ["j-n0", "j-n1"]
+    assert condition(d.status, "Placed")["status"] == "True"
+    status = running(job(2), 2)
+    assert condition(status, "Running")["status"] == "True"
+    later = run(job(2), status, [pod("j-n0", 1), pod("j-n1", 1)], timedelta(hours=1))
+    assert later.status["costUsd"] == 20.0  # 2 nodes x 1 h x $10
+
+
+def test_evicted_pod_preempts_and_relaunches_a_fixed_job() -> None:
+    status = running(job(2), 2)
+    d = run(
+        job(2), status, [pod("j-n0", 1), pod("j-n1", 1, "Failed", reason="Evicted")], timedelta(minutes=30)
+    )
+    assert set(d.delete) == {"j-n0", "j-n1"}
+    assert d.status["preemptions"] == 1 and condition(d.status, "Preempted")["status"] == "True"
+    assert d.status["segments"][-1]["endReason"] == "preempted"
+    d2 = run(job(2), d.status, [], timedelta(minutes=31))
+    assert d2.status["attempt"] == 2 and d2.create == (0, 1)
+
+
+def test_old_pods_still_terminating_hold_the_relaunch() -> None:
+    status = running(job(1), 1)
+    d = run(job(1), status, [pod("j-n0", 1, "Failed", exit_code=75)])
+    terminating = pod("j-n0", 1)
+    terminating["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    held = run(job(1), d.status, [terminating])
+    assert held.create == () and held.status["attempt"] == 1
+
+
+def test_elastic_job_rescales_down_on_node_loss() -> None:
+    spec = job({"min": 2, "max": 3})
+    status = running(spec, 3)
+    pods = [pod("j-n0", 1), pod("j-n1", 1), pod("j-n2", 1, "Failed", exit_code=75)]
+    d = run(spec, status, pods, timedelta(minutes=10))
+    assert d.delete == ("j-n2",) and d.create == ()
+    assert d.status["attempt"] == 1 and d.status["nodes"] == 2 and d.status["desiredNodes"] == 2
+    assert condition(d.status, "Rescaled")["status"] == "True"
+    steady = run(spec, d.status, pods[:2], timedelta(minutes=11))
+    assert steady.status["state"] == "RUNNING" and steady.delete == ()
+    assert [s["nodes"] for s in steady.status["segments"]] == [3, 2]
+
+
+def test_crash_is_retried_then_fails() -> None:
+    spec = job(1, recovery={"max_restarts": 1})
+    status = running(spec, 1)
+    d = run(spec, status, [pod("j-n0", 1, "Failed", exit_code=1)])
+    assert d.status["restarts"] == 1 and d.status["state"] in ("RECOVERING", "LAUNCHING")
+    d = run(spec, d.status, [])
+    d = run(spec, d.status, [pod("j-n0", 2)])
+    d = run(spec, d.status, [pod("j-n0", 2, "Failed", exit_code=1)])
+    assert d.status["state"] == "FAILED" and condition(d.status, "Failed")["status"] == "True"
+
+
+def test_success_and_lost_pods() -> None:
+    status = running(job(2), 2)
+    d = run(
+        job(2), status, [pod("j-n0", 1, "Succeeded", exit_code=0), pod("j-n1", 1, "Succeeded", exit_code=0)]
+    )
+    assert d.status["state"] == "SUCCEEDED" and condition(d.status, "Succeeded")["status"] == "True"
+    gone = run(job(2), status, [pod("j-n0", 1)])
+    assert gone.status["preemptions"] == 1
