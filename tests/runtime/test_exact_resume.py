@@ -68,7 +68,7 @@ def _wait_for(predicate: object, timeout: float, proc: subprocess.Popen[bytes]) 
     raise AssertionError("timed out waiting")
 
 
-def _finish(proc: subprocess.Popen[bytes], timeout: float = 90) -> int:
+def _finish(proc: subprocess.Popen[bytes], timeout: float = 180) -> int:
     try:
         return proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -97,7 +97,7 @@ def _assert_identical(a: object, b: object, where: str = "") -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(600)
 def test_interrupted_twice_ends_bit_identical(tmp_path: Path) -> None:
     reference = tmp_path / "reference"
     reference.mkdir()
