@@ -19,6 +19,7 @@ from orchestrator.costs.lost_work import lost_work_from_progress
 from orchestrator.costs.render import TABLE_ROWS, to_csv, to_json, to_table
 from orchestrator.costs.report import GroupBy, Report, build_report, parse_since, parse_window
 from orchestrator.errors import UserError
+from orchestrator.monitor.summary import read_summaries
 from orchestrator.state import store as store_module
 
 
@@ -27,14 +28,20 @@ def gpuctl_home() -> Path:
 
 
 def load_report_inputs(home: Path, since: datetime | None = None) -> ReportInputs:
-    """Read jobs and segments from the job store under ``home``."""
+    """Jobs and segments from the job store under ``home``, with the work lost to preemptions (from
+    the progress files) and idle GPU-hours (from monitor summaries, ``monitor-summary*.jsonl``)."""
     inputs = read_ledger(store_module.open_store(home), since)
     lost = {}
     for job in inputs.jobs:
         found = lost_work_from_progress(home / "jobs" / job.id / "progress.jsonl")
         if found is not None and found.steps:
             lost[job.id] = found
-    return dataclasses.replace(inputs, lost={**inputs.lost, **lost})
+    idle = dict(inputs.idle or {})
+    for job in inputs.jobs:
+        files = sorted((home / "jobs" / job.id).glob("monitor-summary*.jsonl"))
+        if files:  # GPU-seconds below the idle threshold, summed over the monitor's windows and GPUs
+            idle[job.id] = sum(float(w["idle_seconds"]) for f in files for w in read_summaries(f)) / 3600.0
+    return dataclasses.replace(inputs, lost={**inputs.lost, **lost}, idle=idle or inputs.idle)
 
 
 def _table_text(report: Report, limit: int | None) -> str:

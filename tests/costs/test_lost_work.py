@@ -24,3 +24,19 @@ def test_steps_redone_after_each_resume_are_counted(tmp_path: Path) -> None:
 
 def test_missing_file_means_unknown(tmp_path: Path) -> None:
     assert lost_work_from_progress(tmp_path / "nope.jsonl") is None
+
+
+def test_report_inputs_take_idle_hours_from_monitor_summaries(tmp_path: Path) -> None:
+    from datetime import UTC, datetime
+
+    from orchestrator.cli.cost_cmd import load_report_inputs
+    from orchestrator.state.store import JobStore
+
+    store = JobStore(tmp_path)
+    job = store.create_job(name="j", user="u", team="t", backend="local", spec_json="{}", deadline=None,
+                           now=datetime.now(UTC))  # fmt: skip
+    window = {"kind": "gpuctl.monitor.window", "idle_seconds": 1800.0}
+    for node in ("n0", "n1"):
+        (store.job_dir(job.id) / f"monitor-summary-{node}.jsonl").write_text(json.dumps(window) + "\n")
+    inputs = load_report_inputs(tmp_path)
+    assert inputs.idle == {job.id: 1.0}
