@@ -63,7 +63,7 @@ def test_elastic_quickstart_keeps_training_on_one_node_and_keeps_the_global_batc
     gpuctl: Gpuctl, tmp_path: Path
 ) -> None:
     job = _job(tmp_path, "elastic", nodes="{min: 1, max: 2}", steps=300)
-    out = gpuctl.run("submit", str(job), "--spot-schedule", "step:40=1,after:10s=inf")
+    out = gpuctl.run("submit", str(job), "--spot-schedule", "step:40=1,after:20s=inf")
     assert "SUCCEEDED" in out.stdout, out.stdout
     doc = json.loads(gpuctl.run("list", "-o", "json").stdout)[0]
     assert [s["nodes"] for s in doc["segments"]] == [2, 1, 2]
