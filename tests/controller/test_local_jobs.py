@@ -52,7 +52,7 @@ def test_preempted_job_resumes_and_finishes(gpuctl: Gpuctl, tmp_path: Path) -> N
 
 
 def test_elastic_job_shrinks_then_grows_back(gpuctl: Gpuctl, tmp_path: Path) -> None:
-    job_file = write_job(tmp_path, "elastic", f"command: {TINY} 50 0.25\nresources: {{nodes: {{min: 1, max: 2}}}}\n"
+    job_file = write_job(tmp_path, "elastic", f"command: {TINY} 110 0.25\nresources: {{nodes: {{min: 1, max: 2}}}}\n"
                          "checkpoint: {notice_grace_seconds: 5}\n")  # fmt: skip
     gpuctl.run("submit", str(job_file), "--spot-schedule", "step:10=1,after:15s=inf")
     doc = json.loads(gpuctl.run("list", "-o", "json").stdout)[0]
