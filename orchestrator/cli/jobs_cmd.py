@@ -17,6 +17,7 @@ from orchestrator.backends.base import Backend
 from orchestrator.backends.local.backend import LocalBackend
 from orchestrator.backends.local.market import SimulatedMarket, parse_schedule, preemption_schedule
 from orchestrator.backends.progress import read_progress
+from orchestrator.cli import kube_jobs
 from orchestrator.cli.views import job_document, live_table, summary_lines
 from orchestrator.controller.loop import Controller, ControllerLock, spawn_background_controller
 from orchestrator.controller.placement import placement_candidates
@@ -26,6 +27,9 @@ from orchestrator.spec import JobSpec, MarketMode, load_spec_file, parse_deadlin
 from orchestrator.state.store import JobStore
 
 BACKENDS = ["local"]
+"""Backends the controller of this process drives."""
+SUBMIT_BACKENDS = [*BACKENDS, "kubernetes"]
+"""Kubernetes jobs are driven by the in-cluster operator; the CLI only talks to the API server."""
 
 
 def make_backend(name: str, store: JobStore) -> Backend:
@@ -37,7 +41,7 @@ def make_backend(name: str, store: JobStore) -> Backend:
 def register(sub: Any) -> None:
     p = sub.add_parser("submit", help="submit a job and follow it (or --detach)")
     p.add_argument("file", help="job spec (YAML)")
-    p.add_argument("--backend", default="local", choices=BACKENDS)
+    _backend_options(p)
     p.add_argument("--detach", action="store_true", help="leave a background controller running and return")
     market = p.add_argument_group("simulated spot market (local backend)")
     market.add_argument("--preempt-at", action="append", default=[], metavar="WHEN",
@@ -51,10 +55,12 @@ def register(sub: Any) -> None:
     p.set_defaults(run=run_submit)
 
     p = sub.add_parser("list", help="list jobs")
+    _backend_options(p)
     p.add_argument("-o", "--output", choices=["table", "json"], default="table")
     p.set_defaults(run=run_list)
 
     p = sub.add_parser("status", help="show one job")
+    _backend_options(p)
     p.add_argument("job")
     p.add_argument("-o", "--output", choices=["text", "json"], default="text")
     p.set_defaults(run=run_status)
@@ -64,11 +70,13 @@ def register(sub: Any) -> None:
     p.set_defaults(run=run_events)
 
     p = sub.add_parser("logs", help="a job's output, all nodes and attempts")
+    _backend_options(p)
     p.add_argument("job")
     p.add_argument("-f", "--follow", action="store_true")
     p.set_defaults(run=run_logs)
 
     p = sub.add_parser("cancel", help="cancel a job (its nodes get the notice, then stop)")
+    _backend_options(p)
     p.add_argument("job")
     p.set_defaults(run=run_cancel)
 
@@ -78,6 +86,12 @@ def register(sub: Any) -> None:
     p.add_argument("--backend", default="local", choices=BACKENDS)
     p.add_argument("--exit-when-idle", action="store_true", help="exit once no job is left to run")
     p.set_defaults(run=run_controller)
+
+
+def _backend_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--backend", default="local", choices=SUBMIT_BACKENDS)
+    p.add_argument("--namespace", default=kube_jobs.default_namespace(),
+                   help="Kubernetes namespace (default $GPUCTL_NAMESPACE or 'default')")  # fmt: skip
 
 
 def _market_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -92,6 +106,8 @@ def _market_options(args: argparse.Namespace) -> dict[str, Any]:
 def run_submit(args: argparse.Namespace) -> int:
     now = datetime.now(UTC)
     spec = load_spec_file(args.file, now=now)
+    if args.backend == "kubernetes":
+        return kube_jobs.submit(spec, args.namespace, args.detach)
     store = JobStore()
     _check_budgets(spec, store, now)  # unknown GPU types, impossible zones and budgets fail before anything is stored
     deadline = parse_deadline(spec.goals.deadline, now) if spec.goals.deadline else None
@@ -157,6 +173,8 @@ def _document(store: JobStore, job_id: str) -> dict[str, Any]:
 
 
 def run_list(args: argparse.Namespace) -> int:
+    if args.backend == "kubernetes":
+        return kube_jobs.list_jobs(args.namespace, args.output)
     store = JobStore()
     docs = [_document(store, j.id) for j in store.list_jobs()]
     if args.output == "json":
@@ -171,6 +189,8 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def run_status(args: argparse.Namespace) -> int:
+    if args.backend == "kubernetes":
+        return kube_jobs.status(args.job, args.namespace, args.output)
     store = JobStore()
     doc = _document(store, store.job(args.job).id)
     if args.output == "json":
@@ -189,6 +209,8 @@ def run_events(args: argparse.Namespace) -> int:
 
 
 def run_logs(args: argparse.Namespace) -> int:
+    if args.backend == "kubernetes":
+        return kube_jobs.logs(args.job, args.namespace)
     store = JobStore()
     job = store.job(args.job)
     backend = make_backend(job.backend, store)
@@ -210,6 +232,8 @@ def run_logs(args: argparse.Namespace) -> int:
 
 
 def run_cancel(args: argparse.Namespace) -> int:
+    if args.backend == "kubernetes":
+        return kube_jobs.cancel(args.job, args.namespace)
     store = JobStore()
     job = store.job(args.job)
     if job.status.terminal:

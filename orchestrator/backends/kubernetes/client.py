@@ -8,6 +8,7 @@ Every :class:`ApiException` is mapped to :mod:`orchestrator.errors` here, at the
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from typing import Any
@@ -54,8 +55,9 @@ def api_client(kubeconfig: str | None = None, context: str | None = None) -> Any
                 return k8s.ApiClient(configuration)
             except k8s_config.ConfigException:
                 pass
+        # $KUBECONFIG is read now: the client library fixes its default when it is first imported.
         k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
-            config_file=kubeconfig, context=context, client_configuration=configuration
+            config_file=kubeconfig or os.environ.get("KUBECONFIG"), context=context, client_configuration=configuration
         )
     except (k8s_config.ConfigException, OSError) as exc:
         raise UserError(

@@ -1,0 +1,72 @@
+"""`gpuctl submit/list/status/cancel --backend kubernetes` against kmock's emulated API server.
+
+The real `kubernetes` client loads a real kubeconfig; only the API server is emulated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import kmock
+import pytest
+import pytest_asyncio
+
+from orchestrator.backends.kubernetes import client
+from orchestrator.cli.main import main
+
+VERBS = {"list", "watch", "get", "create", "patch", "update", "delete"}
+
+
+@pytest_asyncio.fixture
+async def kubeconfig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Path]:
+    emulator = kmock.KubernetesEmulator()
+    emulator.resources["v1/pods"] = kmock.ResourceInfo(kind="Pod", namespaced=True, verbs=VERBS)
+    emulator.resources["gpuctl.dev/v1alpha1/gpujobs"] = kmock.ResourceInfo(kind="GPUJob", namespaced=True, verbs=VERBS)
+    async with emulator, kmock.Server(emulator) as server:
+        path = tmp_path / "kubeconfig"
+        path.write_text(
+            "apiVersion: v1\nkind: Config\ncurrent-context: test\n"
+            f"clusters: [{{name: emu, cluster: {{server: '{str(server.url).rstrip('/')}'}}}}]\n"
+            "users: [{name: me, user: {}}]\ncontexts: [{name: test, context: {cluster: emu, user: me}}]\n"
+        )
+        monkeypatch.setenv("KUBECONFIG", str(path))
+        monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+        yield path
+
+
+def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    code = main(list(args))
+    captured = capsys.readouterr()
+    return code, captured.out + captured.err
+
+
+@pytest.mark.asyncio
+async def test_gpujob_lifecycle_through_the_cli(
+    kubeconfig: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text("name: trainer\ncommand: train.py\nresources: {gpu_types: [H100], gpus_per_node: 8, nodes: 2}\n")
+    k = ("--backend", "kubernetes", "--namespace", "ml")
+    code, out = await asyncio.to_thread(_cli, capsys, "submit", str(job), *k, "--detach")
+    assert code == 0 and "gpujob/trainer created in namespace ml" in out
+
+    # what the operator would write into .status
+    status = {"state": "RUNNING", "attempt": 2, "preemptions": 1, "nodes": 2, "costUsd": 12.5,
+              "segments": [{"start": "2026-11-22T10:00:00+00:00", "end": "2026-11-22T11:00:00+00:00", "nodes": 2,
+                            "gpuType": "H100", "market": "spot", "nodePriceUsdPerHour": 6.25}]}  # fmt: skip
+    await asyncio.to_thread(client.patch_gpujob_status, "trainer", "ml", status)
+
+    code, out = await asyncio.to_thread(_cli, capsys, "status", "trainer", *k, "-o", "json")
+    doc = json.loads(out)
+    assert code == 0 and doc["state"] == "RUNNING" and doc["attempts"] == 2 and doc["preemptions"] == 1
+    assert doc["cost_usd"] == 12.5 and doc["segments"][0]["cost_usd"] == 12.5
+    code, out = await asyncio.to_thread(_cli, capsys, "list", *k, "-o", "json")
+    assert [d["name"] for d in json.loads(out)] == ["trainer"]
+
+    code, out = await asyncio.to_thread(_cli, capsys, "cancel", "trainer", *k)
+    assert code == 0 and "deleted" in out
+    code, _ = await asyncio.to_thread(_cli, capsys, "status", "trainer", *k)
+    assert code == 2, "a deleted job is not found"
