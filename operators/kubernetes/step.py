@@ -93,13 +93,6 @@ def _attempt_of(pod: Mapping[str, Any]) -> int:
     return int((pod.get("metadata", {}).get("labels") or {}).get(LABEL_ATTEMPT, "0"))
 
 
-def _with_notice(node: NodeObservation, now: datetime) -> NodeObservation:
-    """A preempted pod (eviction, exit 75) is a reclaim even when no notice time was recorded."""
-    if node.phase is NodePhase.PREEMPTED and node.notice_at is None:
-        return NodeObservation(node.node_id, node.phase, node.exit_code, now, node.ended_at)
-    return node
-
-
 def build_view(
     spec: JobSpec,
     status: Mapping[str, Any],
@@ -114,7 +107,7 @@ def build_view(
     ended = set(status.get("endedNodes", []))
     current = {str(p["metadata"]["name"]): p for p in pods if _attempt_of(p) == attempt}
     nodes = [
-        _with_notice(pod_phase(current[n], existing_nodes), now)
+        pod_phase(current[n], existing_nodes)
         for n in status.get("pods", [])
         if n in current and n not in ended
     ]

@@ -28,6 +28,7 @@ from orchestrator import contract
 from orchestrator.backends.base import AttemptObservation, LaunchRequest, NodeObservation, NodePhase
 from orchestrator.backends.local.market import SimulatedMarket
 from orchestrator.backends.progress import read_progress
+from orchestrator.spec import parse_duration
 from orchestrator.state.store import JobStore
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[3]
@@ -100,8 +101,6 @@ class LocalBackend:
         if spec.checkpoint.every_steps:
             env[contract.ENV_CHECKPOINT_EVERY_STEPS] = str(spec.checkpoint.every_steps)
         if spec.checkpoint.every:
-            from orchestrator.spec import parse_duration
-
             env[contract.ENV_CHECKPOINT_EVERY_SECONDS] = str(parse_duration(spec.checkpoint.every).total_seconds())
         if spec.policies.global_batch:
             env[contract.ENV_GLOBAL_BATCH] = str(spec.policies.global_batch)

@@ -116,9 +116,12 @@ class SlurmBackend:
         progress = read_progress(progress_path(Path(job.stdout).parent)) if job.stdout else None
         return AttemptObservation(nodes, progress)
 
-    def spot_capacity(self, zone: str, now: datetime) -> int | None:
+    def spot_capacity(self, job_id: str, zone: str, now: datetime) -> int | None:
         partition = self.config.partition(MarketKind.SPOT)
         return commands.idle_nodes(partition) if partition else None
+
+    def tick(self, job_id: str, attempt: int, node_ids: Sequence[str], spot: bool, grace_s: float, now: datetime) -> None:
+        """Nothing to do: slurmctld delivers the notice signal and enforces the grace period."""
 
     def notify(self, job_id: str, attempt: int) -> None:
         """A preemption drill: the job checkpoints, exits and requeues itself."""

@@ -6,6 +6,7 @@ import collections
 import json
 import subprocess
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -204,6 +205,6 @@ def test_unknown_gres_type_and_partition_are_clear_errors(slurm_cluster: Path, t
 
 def backend_spot_capacity(conf: Path) -> int:
     backend = SlurmBackend(SlurmClusterConfig(partitions={"spot": "spot"}))
-    capacity = backend.spot_capacity("any", now=None)  # type: ignore[arg-type]
+    capacity = backend.spot_capacity("any-job", "", datetime.now(UTC))
     assert capacity is not None
     return capacity

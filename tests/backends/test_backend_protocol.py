@@ -1,0 +1,27 @@
+"""Every backend offers the controller exactly the methods of the Backend protocol, same signatures."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+from orchestrator.backends.base import Backend
+from orchestrator.backends.kubernetes.backend import KubernetesBackend
+from orchestrator.backends.local.backend import LocalBackend
+from orchestrator.backends.slurm.backend import SlurmBackend
+
+PROTOCOL_METHODS = ["launch", "observe", "spot_capacity", "tick", "stop", "log_paths"]
+
+
+@pytest.mark.parametrize("backend", [LocalBackend, SlurmBackend, KubernetesBackend])
+@pytest.mark.parametrize("method", PROTOCOL_METHODS)
+def test_backend_matches_the_protocol(backend: type, method: str) -> None:
+    want = list(inspect.signature(getattr(Backend, method)).parameters)
+    got = list(inspect.signature(getattr(backend, method)).parameters)
+    assert got == want, f"{backend.__name__}.{method}{got} differs from Backend.{method}{want}"
+
+
+def test_protocol_lists_every_method() -> None:
+    declared = [name for name, _ in inspect.getmembers(Backend, inspect.isfunction) if not name.startswith("_")]
+    assert sorted(declared) == sorted(PROTOCOL_METHODS)
