@@ -18,10 +18,9 @@ from orchestrator.backends.base import Placement
 from orchestrator.backends.kubernetes import client
 from orchestrator.backends.kubernetes.config import KubeConfig
 from orchestrator.backends.kubernetes.manifests import Owner, build_pod, build_service, service_name
-from orchestrator.backends.kubernetes.placement import choose_placement
-from orchestrator.catalog.offers import MarketKind, read_offers_csv
+from orchestrator.catalog.offers import read_offers_csv
 from orchestrator.controller.placement import placement_candidates
-from orchestrator.errors import GpuctlError, NotFoundError, SpecError, UserError
+from orchestrator.errors import GpuctlError, NotFoundError, SpecError
 from orchestrator.spec import JobSpec
 from orchestrator.state.status import JobStatus
 
@@ -48,19 +47,7 @@ def _candidates(spec: JobSpec) -> tuple[Placement | None, Placement | None]:
     path = os.environ.get("GPUCTL_PRICE_CATALOG")
     if not path:
         return placement_candidates(spec)
-    offers = read_offers_csv(path, "chart price catalog")
-    found: list[Placement | None] = []
-    for market in (MarketKind.SPOT, MarketKind.ON_DEMAND):
-        try:
-            found.append(choose_placement(spec, market, offers))
-        except UserError:
-            found.append(None)
-    if found == [None, None]:
-        raise UserError(
-            f"the chart's price catalog has no offer of {', '.join(spec.resources.gpu_types)}",
-            "add rows to priceCatalog.csv in the chart values or change resources.gpu_types",
-        )
-    return found[0], found[1]
+    return placement_candidates(spec, offers=read_offers_csv(path, "chart price catalog"))
 
 
 def _created_at(body: Mapping[str, Any], now: datetime) -> datetime:

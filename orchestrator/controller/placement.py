@@ -7,6 +7,7 @@ longer covers the work left plus a safety margin of two changeovers. Otherwise i
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -26,18 +27,23 @@ class MarketChoice:
     why: str
 
 
-def placement_candidates(spec: JobSpec, price_note: str = "") -> tuple[Placement | None, Placement | None]:
-    """The cheapest spot and on-demand placement for the spec's GPU types (spot, on_demand)."""
+def placement_candidates(
+    spec: JobSpec, price_note: str = "", offers: Sequence[Offer] | None = None
+) -> tuple[Placement | None, Placement | None]:
+    """The cheapest spot and on-demand placement for the spec's GPU types (spot, on_demand).
+
+    ``offers``: the price catalog to search (default: the built-in one plus nothing else).
+    """
     best: dict[MarketKind, tuple[float, Placement]] = {}
     types = spec.resources.gpu_types
     for rank, gpu_type in enumerate(types):
-        offers = find_offers(
-            gpu_type, cloud=spec.market.cloud, regions=spec.market.regions, zones=spec.market.zones
+        found = find_offers(
+            gpu_type, offers=offers, cloud=spec.market.cloud, regions=spec.market.regions, zones=spec.market.zones
         )
-        exact = [o for o in offers if o.gpu_count == spec.resources.gpus_per_node]
-        offers = exact or offers  # price by a bigger instance's per-GPU rate only when no exact size exists
+        exact = [o for o in found if o.gpu_count == spec.resources.gpus_per_node]
+        found = exact or found  # price by a bigger instance's per-GPU rate only when no exact size exists
         for market in MarketKind:
-            for offer in offers:
+            for offer in found:
                 placement = _placement(offer, market, spec.resources.gpus_per_node, price_note)
                 if placement is None:
                     continue
