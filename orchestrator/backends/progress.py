@@ -33,7 +33,7 @@ def read_progress(path: Path) -> Progress | None:
         if "event" not in doc and "step" in doc:
             step_line = doc
             break
-        if doc.get("event") in ("preempted", "started", "resumed"):
+        if doc.get("event") in ("preempted", "resumed"):
             break  # a later attempt started: an older "finished" no longer holds
     base = step_line or finished
     if base is None:

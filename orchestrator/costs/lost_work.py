@@ -13,7 +13,7 @@ from pathlib import Path
 
 from orchestrator.costs.ledger import LostWork
 
-RESUME_EVENTS = ("resumed", "started")
+RESUME_EVENT = "resumed"
 
 
 def lost_work_from_progress(path: Path) -> LostWork | None:
@@ -30,7 +30,7 @@ def lost_work_from_progress(path: Path) -> LostWork | None:
             doc = json.loads(line)
         except ValueError:
             continue  # a torn last line of a killed writer
-        if doc.get("event") in RESUME_EVENTS:
+        if doc.get("event") == RESUME_EVENT:
             resumed = int(doc.get("step", 0))
             lost += max(0, reached - resumed)
             reached = resumed

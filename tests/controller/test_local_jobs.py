@@ -46,7 +46,7 @@ def test_preempted_job_resumes_and_finishes(gpuctl: Gpuctl, tmp_path: Path) -> N
     assert 0 < doc["cost_usd"] < doc["on_demand_equivalent_usd"]
     _assert_consistent_segments(doc)
     events = _progress_events(gpuctl.home, doc["id"])
-    resumed = [e for e in events if e.get("event") == "started"]
+    resumed = [e for e in events if e.get("event") == "resumed"]
     preempted = [e for e in events if e.get("event") == "preempted"]
     assert resumed[1]["step"] == preempted[0]["step"] > 0, "the second attempt resumes where the notice saved"
 
@@ -59,7 +59,7 @@ def test_elastic_job_shrinks_then_grows_back(gpuctl: Gpuctl, tmp_path: Path) -> 
     assert doc["state"] == "SUCCEEDED"
     assert [s["nodes"] for s in doc["segments"]] == [2, 1, 2]
     _assert_consistent_segments(doc)
-    worlds = [e["world_size"] for e in _progress_events(gpuctl.home, doc["id"]) if e.get("event") == "started"]
+    worlds = [e["world_size"] for e in _progress_events(gpuctl.home, doc["id"]) if e.get("event") == "resumed"]
     assert worlds == [2, 1, 2], "kept training on one node, then grew back to two"
 
 
