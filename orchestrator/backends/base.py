@@ -114,7 +114,9 @@ class Backend(Protocol):
     def spot_capacity(self, job_id: str, zone: str, now: datetime) -> int | None:
         """Spot nodes the market offers this job now in ``zone``; ``None`` means no limit is known."""
 
-    def tick(self, job_id: str, attempt: int, node_ids: Sequence[str], spot: bool, grace_s: float, now: datetime) -> None:
+    def tick(
+        self, job_id: str, attempt: int, node_ids: Sequence[str], spot: bool, grace_s: float, now: datetime
+    ) -> None:
         """The backend's own periodic duties (the local simulated market preempts and kills here)."""
 
     def stop(self, job_id: str, attempt: int, node_ids: Sequence[str], grace_s: float) -> None:

@@ -56,5 +56,3 @@ def _opt_int(v: object) -> int | None:
 
 def _opt_float(v: object) -> float | None:
     return float(v) if isinstance(v, int | float) else None
-
-

@@ -23,6 +23,7 @@ from orchestrator.controller.loop import Controller, ControllerLock, spawn_backg
 from orchestrator.controller.placement import placement_candidates
 from orchestrator.costs.budgets import CostConfig, check_submission, load_cost_config, team_month_spent
 from orchestrator.errors import UserError
+from orchestrator.policies import market_policy
 from orchestrator.spec import JobSpec, MarketMode, load_spec_file, parse_deadline
 from orchestrator.state.store import JobStore
 
@@ -49,7 +50,13 @@ def register(sub: Any) -> None:
     market.add_argument("--outage", default="10s", help="how long capacity stays gone after --preempt-at")
     market.add_argument("--spot-schedule", metavar="CHANGES",
                         help="capacity changes, e.g. 'step:20=1,after:15s=inf' (see docs)")  # fmt: skip
-    market.add_argument("--spot-trace", metavar="FILE", help="spot availability trace (shared/data format)")
+    market.add_argument(
+        "--spot-trace",
+        metavar="[ZONE=]FILE",
+        action="append",
+        default=[],
+        help="spot availability trace (shared/data format); repeat as ZONE=FILE for one per zone",
+    )
     market.add_argument("--trace-speedup", type=float, default=3600.0, help="trace seconds per real second")
     market.add_argument("--trace-start-tick", type=int, default=0)
     p.set_defaults(run=run_submit)
@@ -100,7 +107,23 @@ def _market_options(args: argparse.Namespace) -> dict[str, Any]:
     schedule = preemption_schedule(args.preempt_at, args.outage)
     if args.spot_schedule:
         schedule += parse_schedule(args.spot_schedule)
-    return SimulatedMarket.options(schedule, args.spot_trace, args.trace_speedup, args.trace_start_tick)
+    trace, zone_traces = _spot_traces(args.spot_trace)
+    return SimulatedMarket.options(schedule, trace, args.trace_speedup, args.trace_start_tick, zone_traces)
+
+
+def _spot_traces(values: list[str]) -> tuple[str | None, dict[str, str] | None]:
+    """``--spot-trace FILE`` (one market for every zone) or ``--spot-trace ZONE=FILE ...``."""
+    per_zone = [v for v in values if "=" in v]
+    if not per_zone:
+        if len(values) > 1:
+            raise UserError("--spot-trace given twice without zones", "write one per zone as ZONE=FILE")
+        return (values[0] if values else None), None
+    if len(per_zone) != len(values):
+        raise UserError("--spot-trace mixes FILE and ZONE=FILE", "name the zone of every trace: ZONE=FILE")
+    zones = dict(v.split("=", 1) for v in per_zone)
+    if len(zones) != len(per_zone):
+        raise UserError("--spot-trace names a zone twice", "give one trace per zone")
+    return None, zones
 
 
 def run_submit(args: argparse.Namespace) -> int:
@@ -108,8 +131,12 @@ def run_submit(args: argparse.Namespace) -> int:
     spec = load_spec_file(args.file, now=now)
     if args.backend == "kubernetes":
         return kube_jobs.submit(spec, args.namespace, args.detach)
+    if spec.market.policy:
+        market_policy(spec.market.policy)  # an unknown name fails here, not in the controller
     store = JobStore()
-    _check_budgets(spec, store, now)  # unknown GPU types, impossible zones and budgets fail before anything is stored
+    _check_budgets(
+        spec, store, now
+    )  # unknown GPU types, impossible zones and budgets fail before anything is stored
     deadline = parse_deadline(spec.goals.deadline, now) if spec.goals.deadline else None
     job = store.create_job(
         name=spec.name, user=spec.user, team=spec.team, backend=args.backend, spec_json=spec.model_dump_json(),
@@ -120,7 +147,10 @@ def run_submit(args: argparse.Namespace) -> int:
         if not lock.held_elsewhere():
             spawn_background_controller(store.home, args.backend)
         print(job.id)
-        print(f"submitted; follow it with `gpuctl status {job.id}` or `gpuctl logs {job.id} -f`", file=sys.stderr)
+        print(
+            f"submitted; follow it with `gpuctl status {job.id}` or `gpuctl logs {job.id} -f`",
+            file=sys.stderr,
+        )
         return 0
     controller = None
     if lock.acquire():

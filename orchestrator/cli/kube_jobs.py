@@ -66,7 +66,9 @@ def submit(spec: JobSpec, namespace: str, detach: bool, poll_s: float = 2.0) -> 
             print(f"{datetime.now(UTC).isoformat(timespec='seconds')}  {doc['state']}", flush=True)
             last = doc["state"]
         if doc["state"] in TERMINAL_STATES:
-            print(f"cost {doc['cost_usd']:.4f} USD, attempts {doc['attempts']}, preemptions {doc['preemptions']}")
+            print(
+                f"cost {doc['cost_usd']:.4f} USD, attempts {doc['attempts']}, preemptions {doc['preemptions']}"
+            )
             return 0 if doc["state"] == "SUCCEEDED" else 1
         time.sleep(poll_s)
 
@@ -79,7 +81,9 @@ def status(name: str, namespace: str, output: str) -> int:
         print(f"gpujob {doc['name']} ({doc['namespace']}): {doc['state']}, {doc['nodes'] or 0} node(s), "
               f"attempts {doc['attempts']}, preemptions {doc['preemptions']}, cost {doc['cost_usd']:.4f} USD")  # fmt: skip
         for cond in doc["conditions"]:
-            print(f"  {cond.get('type')}={cond.get('status')} {cond.get('reason', '')}: {cond.get('message', '')}")
+            print(
+                f"  {cond.get('type')}={cond.get('status')} {cond.get('reason', '')}: {cond.get('message', '')}"
+            )
     return 0
 
 

@@ -85,10 +85,14 @@ def live_table(doc: dict[str, Any], waiting_reason: str | None) -> Table:
     if progress:
         total = f"/{progress['total_steps']}" if progress.get("total_steps") else ""
         loss = f"{progress['loss']:.4f}" if progress.get("loss") is not None else "-"
-        table.add_row("step", f"{progress['step']}{total}   loss {loss}   world size {progress.get('world_size')}")
+        table.add_row(
+            "step", f"{progress['step']}{total}   loss {loss}   world size {progress.get('world_size')}"
+        )
     seg = doc["segments"][-1] if doc["segments"] else None
     if seg:
-        where = f"{seg['nodes']} x {seg['gpu_type']} {seg['market']} in {seg['zone']} ({seg['instance_type']})"
+        where = (
+            f"{seg['nodes']} x {seg['gpu_type']} {seg['market']} in {seg['zone']} ({seg['instance_type']})"
+        )
         table.add_row("running on", where if not seg["ended_at"] else f"(last) {where}")
     table.add_row("attempts", f"{doc['attempts']}   preemptions {doc['preemptions']}")
     table.add_row(

@@ -28,10 +28,12 @@ from orchestrator.controller.actions import (
     StopNodes,
     Transition,
 )
-from orchestrator.controller.placement import placement_candidates
+from orchestrator.controller.market_choice import MarketView, ZoneMarket, changeover_hours
+from orchestrator.controller.placement import Candidates, zone_candidates
 from orchestrator.controller.reconcile import JobView, reconcile
+from orchestrator.policies import ZoneHistory
 from orchestrator.spec import JobSpec, spec_from_json
-from orchestrator.state.records import JobRecord
+from orchestrator.state.records import JobRecord, SegmentRecord
 from orchestrator.state.store import JobStore, StoreWrites
 
 log = logging.getLogger(__name__)
@@ -49,7 +51,7 @@ class Driver:
     def __init__(self, store: JobStore, backend: Backend) -> None:
         self.store = store
         self.backend = backend
-        self._candidates: dict[str, tuple[Placement | None, Placement | None]] = {}
+        self._candidates: dict[str, Candidates] = {}
 
     def tick(self, job_id: str, now: datetime | None = None) -> list[Action]:
         """One reconcile round for one job. Returns the actions applied (for tests and logs)."""
@@ -96,8 +98,9 @@ class Driver:
         fresh = bool(
             progress and progress.time and open_segments and progress.time >= open_segments[-1].started_at
         )
-        spot, on_demand = self._placement_candidates(job.id, spec)
-        zone = (placement or spot or on_demand or _nowhere()).zone
+        market = self._market_view(job, spec, segments, now)
+        zone = placement.zone if placement else (market.zones[0].zone if market.zones else "")
+        capacity = {z.zone: z.capacity for z in market.zones}
         return JobView(
             spec=spec,
             status=job.status,
@@ -112,23 +115,43 @@ class Driver:
             progress_fresh=fresh,
             draining=draining,
             preempted_in_attempt=any(n.notice_at is not None for n in all_nodes),
-            spot_capacity=self.backend.spot_capacity(job.id, zone, now),
-            spot=spot,
-            on_demand=on_demand,
+            spot_capacity=capacity[zone]
+            if zone in capacity
+            else self.backend.spot_capacity(job.id, zone, now),
+            market=market,
             cost_usd=sum(s.cost_usd(now) for s in segments),
             restarts=job.restarts,
             preemptions=job.preemptions,
             cancel_requested=self.store.cancel_requested(job.id),
         )
 
-    def _placement_candidates(self, job_id: str, spec: JobSpec) -> tuple[Placement | None, Placement | None]:
-        if job_id not in self._candidates:
+    def _market_view(
+        self, job: JobRecord, spec: JobSpec, segments: list[SegmentRecord], now: datetime
+    ) -> MarketView:
+        """Every zone's spot offer and capacity now, and the availability history (updated and saved)."""
+        if job.id not in self._candidates:
             note = " (simulated: local nodes priced as this instance)" if self.backend.name == "local" else ""
-            self._candidates[job_id] = placement_candidates(spec, note)
-        return self._candidates[job_id]
+            self._candidates[job.id] = zone_candidates(spec, note)
+        found = self._candidates[job.id]
+        zones = tuple(
+            ZoneMarket(zone, spot, self.backend.spot_capacity(job.id, zone, now))
+            for zone, spot in found.spot_by_zone.items()
+        )
+        saved = self.store.market_history(job.id)
+        history, tick_h = ZoneHistory.empty(), 0.0
+        if saved is not None:
+            history = ZoneHistory(**saved[1])
+            tick_h = max(0.0, (now - saved[0]).total_seconds() / 3600.0)
+        if not job.status.terminal:
+            up = {z.zone: (z.capacity is None or z.capacity >= spec.resources.min_nodes) for z in zones}
+            history = history.updated(tick_h, up)
+            self.store.set_market_history(job.id, now, dataclasses.asdict(history))
+        return MarketView(zones, found.on_demand, history, tick_h, _run_hours(segments, spec, now))
 
     # --- 2. apply: state first, in one transaction; then side effects ----------------------------
-    def _apply(self, job: JobRecord, spec: JobSpec, view: JobView, actions: list[Action], now: datetime) -> None:
+    def _apply(
+        self, job: JobRecord, spec: JobSpec, view: JobView, actions: list[Action], now: datetime
+    ) -> None:
         attempt = job.attempts
         placement = view.placement
         to_launch: list[str] = []
@@ -142,10 +165,14 @@ class Driver:
                     attempt = StoreWrites.start_attempt(conn, job.id, placement_to_dict(placement), now)
                     to_launch = [f"{job.id}-a{attempt}-n{i}" for i in range(action.nodes)]
                     StoreWrites.add_node_intents(conn, job.id, attempt, to_launch, now)
-                    StoreWrites.open_segment(conn, job.id, attempt, placement_to_dict(placement), action.nodes, now)
+                    StoreWrites.open_segment(
+                        conn, job.id, attempt, placement_to_dict(placement), action.nodes, now
+                    )
                 elif isinstance(action, OpenSegment):
                     assert placement is not None, "a segment needs a placement"
-                    StoreWrites.open_segment(conn, job.id, attempt, placement_to_dict(placement), action.nodes, now)
+                    StoreWrites.open_segment(
+                        conn, job.id, attempt, placement_to_dict(placement), action.nodes, now
+                    )
                 elif isinstance(action, CloseSegment):
                     StoreWrites.close_segment(conn, job.id, action.reason, now)
                 elif isinstance(action, MarkNodesEnded):
@@ -194,5 +221,12 @@ class Driver:
         self.store.set_summary(job_id, summary)
 
 
-def _nowhere() -> Placement:
-    return Placement("", MarketKind.ON_DEMAND, "", "", "", "", 0, 0.0, 0.0, "")
+def _run_hours(segments: list[SegmentRecord], spec: JobSpec, now: datetime) -> float:
+    """Hours the job held nodes, less one changeover per attempt: its work done, when nothing better is known."""
+    spans: dict[int, tuple[datetime, datetime]] = {}
+    for seg in segments:
+        end = seg.ended_at or now
+        first, last = spans.get(seg.attempt, (seg.started_at, end))
+        spans[seg.attempt] = (min(first, seg.started_at), max(last, end))
+    change_h = changeover_hours(spec)
+    return sum(max(0.0, (last - first).total_seconds() / 3600.0 - change_h) for first, last in spans.values())

@@ -28,7 +28,9 @@ from orchestrator.errors import GpuctlError
 from orchestrator.state.store import JobStore
 
 log = logging.getLogger(__name__)
-logging.getLogger("apscheduler").setLevel(logging.ERROR)  # "skipped: max instances" is expected when a tick is slow
+logging.getLogger("apscheduler").setLevel(
+    logging.ERROR
+)  # "skipped: max instances" is expected when a tick is slow
 
 TICK_SECONDS = 1.0
 KEEP_TICKING_AFTER_END = timedelta(minutes=2)
@@ -115,7 +117,9 @@ class Controller:
         """Cost reports on the cron schedule of the controller config (``$GPUCTL_HOME/config.yaml``)."""
         config_file = self.store.home / "config.yaml"
         if config_file.exists():
-            register_report_job(self.scheduler, load_cost_config(config_file), lambda: read_ledger(self.store))
+            register_report_job(
+                self.scheduler, load_cost_config(config_file), lambda: read_ledger(self.store)
+            )
 
     def stop(self) -> None:
         if self.scheduler.running:

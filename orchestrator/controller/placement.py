@@ -1,44 +1,49 @@
-"""Placement candidates from the catalog, and the spot / on-demand choice at launch time.
+"""Placement candidates from the price catalog: per zone for spot, and the best on-demand offer.
 
-Spot is taken whenever the market has capacity for at least ``min`` nodes. Without it, a job in
-``spot-with-fallback`` mode goes on-demand only when the deadline needs it: when the time left no
-longer covers the work left plus a safety margin of two changeovers. Otherwise it waits.
+Which of them a job runs on, and when, is the market policy's decision (see ``market_choice``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 
-from orchestrator.backends.base import Placement, Progress
+from orchestrator.backends.base import Placement
 from orchestrator.catalog.offers import MarketKind, Offer, find_offers
 from orchestrator.errors import UserError
-from orchestrator.spec import GpuChoice, JobSpec, MarketMode
-
-CHANGEOVER = timedelta(minutes=12)
-"""Time a relaunch costs (new nodes, setup, work since the last checkpoint); as in the NSDI'24 model."""
+from orchestrator.spec import GpuChoice, JobSpec
 
 
 @dataclass(frozen=True)
-class MarketChoice:
-    placement: Placement
-    nodes: int
-    why: str
+class Candidates:
+    """Where the job may run: the best spot placement of each zone, and the best on-demand one.
+
+    ``spot_by_zone`` is in preference order: the spec's ``market.zones`` order when it lists zones,
+    else cheapest first. Market policies choose among these zones.
+    """
+
+    spot_by_zone: dict[str, Placement]
+    on_demand: Placement | None
+
+    @property
+    def cheapest_spot(self) -> Placement | None:
+        return min(self.spot_by_zone.values(), key=lambda p: p.node_price_usd_per_hour, default=None)
 
 
-def placement_candidates(
-    spec: JobSpec, price_note: str = "", offers: Sequence[Offer] | None = None
-) -> tuple[Placement | None, Placement | None]:
-    """The cheapest spot and on-demand placement for the spec's GPU types (spot, on_demand).
+def zone_candidates(spec: JobSpec, price_note: str = "", offers: Sequence[Offer] | None = None) -> Candidates:
+    """The best placement per (market, zone) for the spec's GPU types.
 
     ``offers``: the price catalog to search (default: the built-in one plus nothing else).
     """
-    best: dict[MarketKind, tuple[float, Placement]] = {}
+    best: dict[tuple[MarketKind, str], tuple[float, Placement]] = {}
     types = spec.resources.gpu_types
     for rank, gpu_type in enumerate(types):
         found = find_offers(
-            gpu_type, offers=offers, cloud=spec.market.cloud, regions=spec.market.regions, zones=spec.market.zones
+            gpu_type,
+            offers=offers,
+            cloud=spec.market.cloud,
+            regions=spec.market.regions,
+            zones=spec.market.zones,
         )
         exact = [o for o in found if o.gpu_count == spec.resources.gpus_per_node]
         found = exact or found  # price by a bigger instance's per-GPU rate only when no exact size exists
@@ -51,17 +56,30 @@ def placement_candidates(
                 key = placement.node_price_usd_per_hour
                 if spec.resources.gpu_choice is GpuChoice.ORDERED:
                     key += rank * 1e6
-                if market not in best or key < best[market][0]:
-                    best[market] = (key, placement)
+                slot = (market, offer.zone if market is MarketKind.SPOT else "")
+                if slot not in best or key < best[slot][0]:
+                    best[slot] = (key, placement)
     if not best:
         where = ", ".join(spec.market.zones or spec.market.regions) or "any region"
         raise UserError(
             f"no offer of {', '.join(types)} in {where}",
             "allow more zones or regions, or other GPU types (see `gpuctl gpus`)",
         )
-    spot = best.get(MarketKind.SPOT)
-    on_demand = best.get(MarketKind.ON_DEMAND)
-    return (spot[1] if spot else None, on_demand[1] if on_demand else None)
+    listed = {zone: i for i, zone in enumerate(spec.market.zones)}
+    spot = sorted(
+        ((key, p) for (market, _), (key, p) in best.items() if market is MarketKind.SPOT),
+        key=lambda kp: (listed.get(kp[1].zone, len(listed)), kp[0], kp[1].zone),
+    )
+    on_demand = best.get((MarketKind.ON_DEMAND, ""))
+    return Candidates({p.zone: p for _, p in spot}, on_demand[1] if on_demand else None)
+
+
+def placement_candidates(
+    spec: JobSpec, price_note: str = "", offers: Sequence[Offer] | None = None
+) -> tuple[Placement | None, Placement | None]:
+    """The cheapest spot and on-demand placement for the spec's GPU types (spot, on_demand)."""
+    found = zone_candidates(spec, price_note, offers)
+    return found.cheapest_spot, found.on_demand
 
 
 def _placement(offer: Offer, market: MarketKind, gpus_per_node: int, note: str) -> Placement | None:
@@ -84,45 +102,3 @@ def _placement(offer: Offer, market: MarketKind, gpus_per_node: int, note: str) 
         on_demand_node_price_usd_per_hour=od_per_gpu * gpus_per_node,
         price_source=f"{offer.price_source}{note}",
     )
-
-
-def choose_market(
-    spec: JobSpec,
-    spot: Placement | None,
-    on_demand: Placement | None,
-    spot_capacity: int | None,
-    now: datetime,
-    deadline: datetime | None,
-    progress: Progress | None,
-) -> MarketChoice | str:
-    """A placement to launch, or a string saying why we wait (``fail:...`` when we never can)."""
-    res = spec.resources
-    mode = spec.market.mode
-    if mode is not MarketMode.ON_DEMAND and spot is not None:
-        capacity = res.max_nodes if spot_capacity is None else min(spot_capacity, res.max_nodes)
-        if capacity >= res.min_nodes:
-            return MarketChoice(spot, capacity, "spot capacity available")
-    if mode is MarketMode.ON_DEMAND or (mode is MarketMode.SPOT_WITH_FALLBACK and spot is None):
-        if on_demand is None:
-            return f"fail:no on-demand offer of {', '.join(res.gpu_types)}"
-        return MarketChoice(on_demand, res.max_nodes, "on-demand requested" if mode is MarketMode.ON_DEMAND
-                            else "no spot offer")  # fmt: skip
-    if mode is MarketMode.SPOT_WITH_FALLBACK and on_demand is not None and _deadline_needs_it(
-        spec, now, deadline, progress
-    ):
-        return MarketChoice(on_demand, res.max_nodes, "no spot capacity and the deadline needs the job running")
-    return "waiting for spot capacity"
-
-
-def _deadline_needs_it(spec: JobSpec, now: datetime, deadline: datetime | None, progress: Progress | None) -> bool:
-    if deadline is None:
-        return False
-    left = deadline - now
-    work = spec.goals.compute_hours
-    if work is None:
-        return True  # unknown work and a deadline: don't gamble on spot coming back
-    done = 0.0
-    if progress is not None and progress.total_steps:
-        done = min(1.0, progress.step / progress.total_steps)
-    work_left = timedelta(hours=work * (1.0 - done))
-    return left <= work_left + 2 * CHANGEOVER

@@ -23,7 +23,14 @@ from orchestrator.controller.actions import (
     StopNodes,
     Transition,
 )
-from orchestrator.controller.placement import MarketChoice, choose_market
+from orchestrator.controller.market_choice import (
+    JobClock,
+    MarketChoice,
+    MarketView,
+    ZoneMarket,
+    choose_market,
+    leave_on_demand,
+)
 from orchestrator.spec import JobSpec
 from orchestrator.state.status import FailureReason, JobStatus
 
@@ -56,6 +63,9 @@ class JobView:
     """Spot nodes the market offers now in the candidate zone (None: no limit known)."""
     spot: Placement | None = None
     on_demand: Placement | None = None
+    market: MarketView | None = None
+    """Every zone's spot offer and capacity, and the history the market policy reads. None: one zone,
+    made of ``spot``, ``on_demand`` and ``spot_capacity``."""
     cost_usd: float = 0.0
     restarts: int = 0
     preemptions: int = 0
@@ -90,11 +100,19 @@ def reconcile(view: JobView) -> list[Action]:
 def _place(view: JobView) -> list[Action]:
     spec = view.spec
     if view.deadline is not None and view.now >= view.deadline:
-        return [Transition(S.FAILED, "the deadline passed before the job could finish", FailureReason.DEADLINE_IMPOSSIBLE)]
+        return [
+            Transition(
+                S.FAILED, "the deadline passed before the job could finish", FailureReason.DEADLINE_IMPOSSIBLE
+            )
+        ]
     budget = spec.goals.budget_usd
     if budget is not None and view.cost_usd >= budget:
-        return [Transition(S.FAILED, f"spent {view.cost_usd:.2f} of a {budget:.2f} USD budget", FailureReason.OVER_BUDGET)]
-    choice = choose_market(view.spec, view.spot, view.on_demand, view.spot_capacity, view.now, view.deadline, view.progress)
+        return [
+            Transition(
+                S.FAILED, f"spent {view.cost_usd:.2f} of a {budget:.2f} USD budget", FailureReason.OVER_BUDGET
+            )
+        ]
+    choice = choose_market(spec, market_view(view), _clock(view))
     if isinstance(choice, str):
         if choice.startswith("fail:"):
             return [Transition(S.FAILED, choice.removeprefix("fail:"), FailureReason.NO_CAPACITY)]
@@ -137,7 +155,11 @@ def _follow(view: JobView) -> list[Action]:
 
     # 6a. Success: every node exited 0 (an elastic survivor may finish alone).
     if nodes and succeeded and not alive and (len(succeeded) == len(nodes) or finished):
-        return [*_close(view, "finished"), MarkNodesEnded(_ids(ended)), Transition(S.SUCCEEDED, "training finished")]
+        return [
+            *_close(view, "finished"),
+            MarkNodesEnded(_ids(ended)),
+            Transition(S.SUCCEEDED, "training finished"),
+        ]
 
     # 6b. Budget: stop with a checkpoint once the money is spent.
     budget = spec.goals.budget_usd
@@ -146,7 +168,9 @@ def _follow(view: JobView) -> list[Action]:
             StopNodes((), grace, "over budget"),
             *_close(view, "over budget"),
             MarkNodesEnded(_ids(nodes)),
-            Transition(S.FAILED, f"spent {view.cost_usd:.2f} of a {budget:.2f} USD budget", FailureReason.OVER_BUDGET),
+            Transition(
+                S.FAILED, f"spent {view.cost_usd:.2f} of a {budget:.2f} USD budget", FailureReason.OVER_BUDGET
+            ),
         ]
 
     # 6c. The market took nodes (or nodes vanished): rescale or recover.
@@ -165,23 +189,37 @@ def _follow(view: JobView) -> list[Action]:
         if limit is not None and view.preemptions + 1 > limit:
             why = f"preempted {view.preemptions + 1} times, more than recovery.max_preemptions ({limit})"
             return [*ending, Transition(S.FAILED, why, FailureReason.TOO_MANY_RESTARTS)]
-        return [*ending, Transition(S.PREEMPTED, f"{len(gone) or len(failed)} node(s) reclaimed by the market")]
+        return [
+            *ending,
+            Transition(S.PREEMPTED, f"{len(gone) or len(failed)} node(s) reclaimed by the market"),
+        ]
 
     # 6d. The training command failed on its own: retry within max_restarts.
     if failed:
         codes = sorted({n.exit_code for n in failed if n.exit_code is not None})
         retry_codes = spec.recovery.retry_exit_codes
         retryable = not retry_codes or any(c in retry_codes for c in codes)
-        common = [StopNodes(_ids(alive), 0.0, "a node failed"), *_close(view, "failed"), MarkNodesEnded(_ids(nodes))]
+        common = [
+            StopNodes(_ids(alive), 0.0, "a node failed"),
+            *_close(view, "failed"),
+            MarkNodesEnded(_ids(nodes)),
+        ]
         if not retryable:
-            return [*common, Transition(S.FAILED, f"training exited with {codes}", FailureReason.USER_CODE_ERROR)]
+            return [
+                *common,
+                Transition(S.FAILED, f"training exited with {codes}", FailureReason.USER_CODE_ERROR),
+            ]
         if view.restarts >= spec.recovery.max_restarts:
             return [
                 *common,
                 Transition(S.FAILED, f"training failed {view.restarts + 1} times (exit codes {codes}); "
                            "see `gpuctl logs JOB`", FailureReason.TOO_MANY_RESTARTS),
             ]  # fmt: skip
-        return [*common, CountRestart(), Transition(S.RECOVERING, f"training exited with {codes}; restarting")]
+        return [
+            *common,
+            CountRestart(),
+            Transition(S.RECOVERING, f"training exited with {codes}; restarting"),
+        ]
 
     # 6e. Elastic growth: capacity came back. Every node saves a checkpoint and exits, then step 5
     #     relaunches on more nodes (re-rendezvous of a growing torchrun world proved unreliable).
@@ -194,7 +232,19 @@ def _follow(view: JobView) -> list[Action]:
             Transition(S.RESCALING, why) if view.status is not S.RESCALING else RecordEvent("rescale", why),
         ]
 
-    # 6f. Training is under way.
+    # 6f. On on-demand, the market policy may send the job back to spot (or to waiting, when free):
+    #     every node checkpoints and exits, then step 5 places it again.
+    if view.status is S.RUNNING and view.placement is not None and not succeeded and not finished:
+        move = leave_on_demand(spec, market_view(view), _clock(view), view.placement)
+        if move is not None:
+            return [
+                StopNodes(_ids(alive), grace, "leaving on-demand"),
+                *_close(view, "left on-demand"),
+                MarkNodesEnded(_ids(nodes)),
+                Transition(S.RECOVERING, move),
+            ]
+
+    # 6g. Training is under way.
     if view.status in (S.LAUNCHING, S.RESCALING) and view.progress is not None and view.progress_fresh:
         return [Transition(S.RUNNING, f"training at step {view.progress.step} on {len(alive)} node(s)")]
     return []
@@ -211,6 +261,17 @@ def _growth(view: JobView, alive: int) -> int:
     if placement.market.value == "on-demand" or view.spot_capacity is None:
         return room
     return max(0, min(room, view.spot_capacity - alive))
+
+
+def market_view(view: JobView) -> MarketView:
+    if view.market is not None:
+        return view.market
+    zones = () if view.spot is None else (ZoneMarket(view.spot.zone, view.spot, view.spot_capacity),)
+    return MarketView(zones, view.on_demand)
+
+
+def _clock(view: JobView) -> JobClock:
+    return JobClock(view.now, view.submitted_at, view.deadline, view.progress)
 
 
 def _close(view: JobView, reason: str) -> list[Action]:

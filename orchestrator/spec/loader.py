@@ -26,13 +26,17 @@ def load_spec_file(path: str | Path, now: datetime | None = None) -> JobSpec:
     """Read and validate a job file. ``workdir`` is resolved relative to the file's folder."""
     file = Path(path)
     if not file.is_file():
-        raise NotFoundError(f"job file '{path}' does not exist", "check the path, e.g. examples/quickstart/job.yaml")
+        raise NotFoundError(
+            f"job file '{path}' does not exist", "check the path, e.g. examples/quickstart/job.yaml"
+        )
     spec = load_spec_text(file.read_text(encoding="utf-8"), source=str(path), now=now)
     workdir = Path(spec.workdir)
     if not workdir.is_absolute():
         workdir = (file.resolve().parent / workdir).resolve()
     if not workdir.is_dir():
-        raise SpecError(str(path), [f"workdir: folder '{workdir}' does not exist. To fix: point it at your code"])
+        raise SpecError(
+            str(path), [f"workdir: folder '{workdir}' does not exist. To fix: point it at your code"]
+        )
     return spec.model_copy(update={"workdir": str(workdir)})
 
 
@@ -44,9 +48,16 @@ def load_spec_text(text: str, source: str = "<job spec>", now: datetime | None =
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
-        raise SpecError(source, [f"malformed YAML{where}: {problem}. To fix: check indentation and quoting"]) from exc
+        raise SpecError(
+            source, [f"malformed YAML{where}: {problem}. To fix: check indentation and quoting"]
+        ) from exc
     if not isinstance(data, dict):
-        raise SpecError(source, ["the file must be one YAML mapping. To fix: start from examples/quickstart/job.yaml (at least 'name' and 'command')"])
+        raise SpecError(
+            source,
+            [
+                "the file must be one YAML mapping. To fix: start from examples/quickstart/job.yaml (at least 'name' and 'command')"
+            ],
+        )
     lines = _line_index(root)
     try:
         spec = JobSpec.model_validate(data)

@@ -104,10 +104,21 @@ class Market(_Strict):
     cloud: str | None = Field(default=None, description="aws, gcp or azure; any when unset")
     regions: list[str] = []
     zones: list[str] = []
-    max_hourly_usd: Annotated[float | None, Field(gt=0, description="cap on the whole job's hourly price")] = (
-        None
-    )
+    max_hourly_usd: Annotated[
+        float | None, Field(gt=0, description="cap on the whole job's hourly price")
+    ] = None
     policy: str | None = Field(default=None, description="market/zone policy name; gpuctl's default if unset")
+    changeover: str = Field(
+        default="12m",
+        description="what one relaunch costs (start-up plus work since the last checkpoint), such as '12m'; "
+        "policies keep slack for it",
+    )
+
+    @field_validator("changeover")
+    @classmethod
+    def _changeover_parses(cls, v: str) -> str:
+        parse_duration(v)
+        return v
 
 
 class Goals(_Strict):
@@ -148,7 +159,9 @@ class Checkpoint(_Strict):
 
 
 class Recovery(_Strict):
-    max_restarts: Annotated[int, Field(ge=0, description="crashes (not preemptions) retried before FAILED")] = 3
+    max_restarts: Annotated[
+        int, Field(ge=0, description="crashes (not preemptions) retried before FAILED")
+    ] = 3
     retry_exit_codes: list[int] = Field(
         default=[], description="exit codes of the training command that mean 'retry'; any when empty"
     )

@@ -53,6 +53,9 @@ CREATE TABLE IF NOT EXISTS events (
     id INTEGER PRIMARY KEY AUTOINCREMENT, job_id TEXT NOT NULL REFERENCES jobs(id),
     time TEXT NOT NULL, kind TEXT NOT NULL, message TEXT NOT NULL, status TEXT
 );
+CREATE TABLE IF NOT EXISTS market_history (
+    job_id TEXT PRIMARY KEY REFERENCES jobs(id), observed_at TEXT NOT NULL, history_json TEXT NOT NULL
+);
 CREATE INDEX IF NOT EXISTS segments_job ON segments(job_id);
 CREATE INDEX IF NOT EXISTS events_job ON events(job_id);
 CREATE INDEX IF NOT EXISTS nodes_job ON nodes(job_id, attempt);
@@ -186,7 +189,9 @@ class JobStore:
 
     def request_cancel(self, job_id: str, now: datetime) -> None:
         with self.transaction() as conn:
-            conn.execute("UPDATE jobs SET cancel_requested = 1, updated_at = ? WHERE id = ?", (_ts(now), job_id))
+            conn.execute(
+                "UPDATE jobs SET cancel_requested = 1, updated_at = ? WHERE id = ?", (_ts(now), job_id)
+            )
             self._event(conn, job_id, now, "cancel_requested", "cancel requested by the user", None)
 
     def set_summary(self, job_id: str, summary: dict[str, Any]) -> None:
@@ -196,6 +201,20 @@ class JobStore:
     def summary(self, job_id: str) -> dict[str, Any]:
         rows = self._query("SELECT summary_json FROM jobs WHERE id = ?", (job_id,))
         return dict(json.loads(rows[0]["summary_json"])) if rows else {}
+
+    def market_history(self, job_id: str) -> tuple[datetime, dict[str, Any]] | None:
+        """The spot availability the controller has watched for this job, and when it last looked."""
+        rows = self._query("SELECT observed_at, history_json FROM market_history WHERE job_id = ?", (job_id,))
+        return (_req_dt(rows[0]["observed_at"]), dict(json.loads(rows[0]["history_json"]))) if rows else None
+
+    def set_market_history(self, job_id: str, observed_at: datetime, history: dict[str, Any]) -> None:
+        with self.transaction() as conn:
+            conn.execute(
+                "INSERT INTO market_history (job_id, observed_at, history_json) VALUES (?, ?, ?) "
+                "ON CONFLICT(job_id) DO UPDATE SET observed_at = excluded.observed_at, "
+                "history_json = excluded.history_json",
+                (job_id, _ts(observed_at), json.dumps(history)),
+            )
 
     # --- transitions and events ---------------------------------------------------------------
     def transition(
@@ -222,7 +241,13 @@ class JobStore:
             self._event(conn, job_id, now, kind, message, None)
 
     def _event(
-        self, conn: sqlite3.Connection, job_id: str, now: datetime, kind: str, message: str, status: str | None
+        self,
+        conn: sqlite3.Connection,
+        job_id: str,
+        now: datetime,
+        kind: str,
+        message: str,
+        status: str | None,
     ) -> None:
         conn.execute(
             "INSERT INTO events (job_id, time, kind, message, status) VALUES (?,?,?,?,?)",
@@ -319,7 +344,12 @@ class StoreWrites:
         )
         conn.execute(
             "INSERT INTO events (job_id, time, kind, message) VALUES (?,?,?,?)",
-            (job_id, _ts(now), "attempt", f"attempt {attempt} on {placement.get('market')} {placement.get('zone')}"),
+            (
+                job_id,
+                _ts(now),
+                "attempt",
+                f"attempt {attempt} on {placement.get('market')} {placement.get('zone')}",
+            ),
         )
         return attempt
 
@@ -333,7 +363,9 @@ class StoreWrites:
         )
 
     @staticmethod
-    def set_launch_state(conn: sqlite3.Connection, node_ids: Sequence[str], state: str, now: datetime) -> None:
+    def set_launch_state(
+        conn: sqlite3.Connection, node_ids: Sequence[str], state: str, now: datetime
+    ) -> None:
         ended = _ts(now) if state == "ended" else None
         conn.executemany(
             "UPDATE nodes SET launch_state = ?, ended_at = COALESCE(ended_at, ?) WHERE node_id = ?",
@@ -342,7 +374,12 @@ class StoreWrites:
 
     @staticmethod
     def open_segment(
-        conn: sqlite3.Connection, job_id: str, attempt: int, placement: dict[str, Any], nodes: int, now: datetime
+        conn: sqlite3.Connection,
+        job_id: str,
+        attempt: int,
+        placement: dict[str, Any],
+        nodes: int,
+        now: datetime,
     ) -> None:
         p = placement
         conn.execute(
@@ -376,5 +413,6 @@ class StoreWrites:
     @staticmethod
     def event(conn: sqlite3.Connection, job_id: str, now: datetime, kind: str, message: str) -> None:
         conn.execute(
-            "INSERT INTO events (job_id, time, kind, message) VALUES (?,?,?,?)", (job_id, _ts(now), kind, message)
+            "INSERT INTO events (job_id, time, kind, message) VALUES (?,?,?,?)",
+            (job_id, _ts(now), kind, message),
         )

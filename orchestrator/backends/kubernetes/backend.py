@@ -95,7 +95,9 @@ class KubernetesBackend:
     def spot_capacity(self, job_id: str, zone: str, now: datetime) -> int | None:
         return None  # the node provisioner decides; Kubernetes does not tell us in advance
 
-    def tick(self, job_id: str, attempt: int, node_ids: Sequence[str], spot: bool, grace_s: float, now: datetime) -> None:
+    def tick(
+        self, job_id: str, attempt: int, node_ids: Sequence[str], spot: bool, grace_s: float, now: datetime
+    ) -> None:
         """Nothing to do: the kubelet enforces grace periods and the provisioner reclaims nodes."""
 
     def stop(self, job_id: str, attempt: int, node_ids: Sequence[str], grace_s: float) -> None:

@@ -57,7 +57,9 @@ def api_client(kubeconfig: str | None = None, context: str | None = None) -> Any
                 pass
         # $KUBECONFIG is read now: the client library fixes its default when it is first imported.
         k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
-            config_file=kubeconfig or os.environ.get("KUBECONFIG"), context=context, client_configuration=configuration
+            config_file=kubeconfig or os.environ.get("KUBECONFIG"),
+            context=context,
+            client_configuration=configuration,
         )
     except (k8s_config.ConfigException, OSError) as exc:
         raise UserError(

@@ -101,7 +101,9 @@ class LocalBackend:
         if spec.checkpoint.every_steps:
             env[contract.ENV_CHECKPOINT_EVERY_STEPS] = str(spec.checkpoint.every_steps)
         if spec.checkpoint.every:
-            env[contract.ENV_CHECKPOINT_EVERY_SECONDS] = str(parse_duration(spec.checkpoint.every).total_seconds())
+            env[contract.ENV_CHECKPOINT_EVERY_SECONDS] = str(
+                parse_duration(spec.checkpoint.every).total_seconds()
+            )
         if spec.policies.global_batch:
             env[contract.ENV_GLOBAL_BATCH] = str(spec.policies.global_batch)
         if spec.setup:
@@ -143,14 +145,21 @@ class LocalBackend:
 
     def spot_capacity(self, job_id: str, zone: str, now: datetime) -> int | None:
         job = self.store.job(job_id)
-        market = SimulatedMarket(self.store.job_options(job_id).get("market", {}), self.store.job_dir(job_id) / "market.json")
+        market = SimulatedMarket(
+            self.store.job_options(job_id).get("market", {}), self.store.job_dir(job_id) / "market.json"
+        )
         progress = read_progress(self.store.job_dir(job_id) / "progress.jsonl")
-        return market.capacity((now - job.submitted_at).total_seconds(), progress.step if progress else None)
+        return market.capacity(
+            (now - job.submitted_at).total_seconds(), progress.step if progress else None, zone
+        )
 
-    def tick(self, job_id: str, attempt: int, node_ids: Sequence[str], spot: bool, grace_s: float, now: datetime) -> None:
+    def tick(
+        self, job_id: str, attempt: int, node_ids: Sequence[str], spot: bool, grace_s: float, now: datetime
+    ) -> None:
         """Play the simulated cloud: reclaim spot nodes above the market's capacity, kill after grace."""
         if spot and node_ids:
-            capacity = self.spot_capacity(job_id, "", now)
+            placement = self.store.attempt_placement(job_id, attempt) or {}
+            capacity = self.spot_capacity(job_id, str(placement.get("zone", "")), now)
             noticed = {n.node_id for n in self.store.nodes(job_id, attempt) if n.notice_at is not None}
             attempt_dir = self.store.job_dir(job_id) / f"attempt-{attempt}"
             alive = [

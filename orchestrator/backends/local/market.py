@@ -5,7 +5,9 @@ Spot capacity (how many spot nodes the "cloud" offers this job now) comes from e
 * a **schedule**: an ordered list of changes, each firing at a time since submission (``30s``), at a
   training step (``step:40``) or some time after the previous change fired (``after:15s``); or
 * a **trace**: a spot availability trace (``{"metadata": {"gap_seconds": N}, "data": [...]}``, the
-  format of shared/data/spot-traces) played ``speedup`` times faster than real time.
+  format of shared/data/spot-traces) played ``speedup`` times faster than real time; or one trace
+  per zone (``zone=FILE``), so that zone policies have zones to choose between (a zone without a
+  trace then has no spot capacity).
 
 Changes fire in order, and their firing times are kept in a small file in the job folder, so a
 restarted controller sees the same market. With no schedule and no trace, capacity is unlimited.
@@ -38,7 +40,9 @@ def parse_schedule(text: str) -> list[CapacityChange]:
     changes: list[CapacityChange] = []
     for part in filter(None, (p.strip() for p in text.split(","))):
         if "=" not in part:
-            raise UserError(f"spot schedule entry '{part}' has no '='", "write entries like 'step:40=0' or '30s=1'")
+            raise UserError(
+                f"spot schedule entry '{part}' has no '='", "write entries like 'step:40=0' or '30s=1'"
+            )
         when, cap_text = part.split("=", 1)
         capacity = None if cap_text.strip() in ("inf", "-", "") else _int(cap_text, part)
         changes.append(_change(when.strip(), capacity))
@@ -89,7 +93,9 @@ def load_trace(path: str) -> tuple[float, list[int]]:
             'give a JSON file like {"metadata": {"gap_seconds": 195}, "data": [0, 1, 1, ...]}',
         ) from None
     if not data or gap <= 0:
-        raise UserError(f"spot trace '{path}' is empty or has no positive gap_seconds", "use a non-empty trace")
+        raise UserError(
+            f"spot trace '{path}' is empty or has no positive gap_seconds", "use a non-empty trace"
+        )
     return gap, data
 
 
@@ -101,32 +107,51 @@ class SimulatedMarket:
         self.trace: tuple[float, list[int]] | None = None
         if options.get("trace"):
             self.trace = load_trace(options["trace"])
+        self.zone_traces = {zone: load_trace(path) for zone, path in options.get("zone_traces", {}).items()}
         self.speedup = float(options.get("speedup", 1.0))
         self.start_tick = int(options.get("start_tick", 0))
         self.state_file = state_file
 
     @staticmethod
     def options(
-        schedule: list[CapacityChange] | None = None, trace: str | None = None, speedup: float = 1.0, start_tick: int = 0
+        schedule: list[CapacityChange] | None = None,
+        trace: str | None = None,
+        speedup: float = 1.0,
+        start_tick: int = 0,
+        zone_traces: dict[str, str] | None = None,
     ) -> dict[str, Any]:
         """The JSON-able market options stored with a job."""
         out: dict[str, Any] = {}
         if schedule:
             out["schedule"] = [c.__dict__ for c in schedule]
-        if trace:
-            load_trace(trace)  # fail early on a bad file
-            out["trace"] = str(Path(trace).resolve())
+        if trace or zone_traces:
+            for path in [trace] if trace else list((zone_traces or {}).values()):
+                load_trace(path)  # fail early on a bad file
+            if trace:
+                out["trace"] = str(Path(trace).resolve())
+            if zone_traces:
+                out["zone_traces"] = {zone: str(Path(path).resolve()) for zone, path in zone_traces.items()}
             out["speedup"] = speedup
             out["start_tick"] = start_tick
         return out
 
-    def capacity(self, elapsed_s: float, step: int | None) -> int | None:
+    @property
+    def zones(self) -> list[str]:
+        """Zones that have a trace of their own (empty: one market for every zone)."""
+        return list(self.zone_traces)
+
+    def capacity(self, elapsed_s: float, step: int | None, zone: str = "") -> int | None:
+        if self.zone_traces:
+            return self._play(self.zone_traces[zone], elapsed_s) if zone in self.zone_traces else 0
         if self.trace is not None:
-            gap, data = self.trace
-            tick = self.start_tick + int(elapsed_s * self.speedup / gap)
-            return data[min(tick, len(data) - 1)]
+            return self._play(self.trace, elapsed_s)
         fired = self._fire(elapsed_s, step)
         return self.changes[fired - 1].capacity if fired else None
+
+    def _play(self, trace: tuple[float, list[int]], elapsed_s: float) -> int:
+        gap, data = trace
+        tick = self.start_tick + int(elapsed_s * self.speedup / gap)
+        return data[min(tick, len(data) - 1)]
 
     def _fire(self, elapsed_s: float, step: int | None) -> int:
         times: list[float] = self._load()

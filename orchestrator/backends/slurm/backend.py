@@ -120,7 +120,9 @@ class SlurmBackend:
         partition = self.config.partition(MarketKind.SPOT)
         return commands.idle_nodes(partition) if partition else None
 
-    def tick(self, job_id: str, attempt: int, node_ids: Sequence[str], spot: bool, grace_s: float, now: datetime) -> None:
+    def tick(
+        self, job_id: str, attempt: int, node_ids: Sequence[str], spot: bool, grace_s: float, now: datetime
+    ) -> None:
         """Nothing to do: slurmctld delivers the notice signal and enforces the grace period."""
 
     def notify(self, job_id: str, attempt: int) -> None:

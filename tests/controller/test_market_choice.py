@@ -1,0 +1,129 @@
+"""The controller asks the job's market policy: zones, on-demand fallback, leaving on-demand."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from orchestrator.backends.base import NodeObservation, NodePhase, Placement, Progress
+from orchestrator.catalog.offers import MarketKind
+from orchestrator.controller.actions import StartAttempt, StopNodes, Transition
+from orchestrator.controller.market_choice import MarketView, ZoneMarket, work_hours
+from orchestrator.controller.reconcile import JobView, reconcile
+from orchestrator.errors import UserError
+from orchestrator.policies import ZoneHistory
+from orchestrator.spec import load_spec_text
+from orchestrator.state.status import JobStatus
+
+S = JobStatus
+NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+SUBMITTED = NOW - timedelta(hours=1)
+SPOT_A = Placement("V100", MarketKind.SPOT, "aws", "us-east-1", "zone-a", "p3.2xlarge", 1, 0.9, 3.06, "test")
+SPOT_B = replace(SPOT_A, zone="zone-b", node_price_usd_per_hour=0.95)
+ON_DEMAND = replace(SPOT_A, market=MarketKind.ON_DEMAND, node_price_usd_per_hour=3.06)
+
+
+def market(a: int | None, b: int | None, history: ZoneHistory | None = None) -> MarketView:
+    zones = (ZoneMarket("zone-a", SPOT_A, a), ZoneMarket("zone-b", SPOT_B, b))
+    return MarketView(zones, ON_DEMAND, history or ZoneHistory.empty(), tick_h=1 / 3600)
+
+
+def view(body: str, mkt: MarketView, deadline_h: float | None = 10.0, **kw: object) -> JobView:
+    spec = load_spec_text("name: t\ncommand: train.py\n" + body)
+    deadline = SUBMITTED + timedelta(hours=deadline_h) if deadline_h is not None else None
+    base = JobView(spec=spec, status=S.PLACING, now=NOW, submitted_at=SUBMITTED, deadline=deadline, attempt=0,
+                   placement=None, market=mkt)  # fmt: skip
+    return replace(base, **kw)  # type: ignore[arg-type]
+
+
+def launched(actions: list[object]) -> Placement | None:
+    starts = [a for a in actions if isinstance(a, StartAttempt)]
+    return starts[0].placement if starts else None
+
+
+def test_spot_goes_to_the_zone_that_has_capacity() -> None:
+    v = view("goals: {compute_hours: 2}\n", market(0, 1))
+    assert launched(reconcile(v)) is SPOT_B
+
+
+def test_single_zone_policies_only_know_the_home_zone() -> None:
+    v = view("market: {policy: greedy}\ngoals: {compute_hours: 2}\n", market(0, 1))
+    assert reconcile(v) == []  # waits for zone-a; plenty of slack
+    # uniform progress: an hour in with nothing done is behind the straight line, so on-demand
+    v = view("market: {policy: uniform-progress}\ngoals: {compute_hours: 2}\n", market(0, 1))
+    assert launched(reconcile(v)) is ON_DEMAND
+
+
+def test_the_named_policy_decides_on_demand_policy_never_takes_spot() -> None:
+    v = view("market: {policy: on-demand}\ngoals: {compute_hours: 2}\n", market(1, 1))
+    assert launched(reconcile(v)) is ON_DEMAND
+
+
+def test_no_spot_anywhere_and_a_tight_deadline_runs_on_demand() -> None:
+    v = view("goals: {compute_hours: 8.7}\n", market(0, 0))  # 10 h deadline, 1 h gone, 8.7 h of work
+    assert launched(reconcile(v)) is ON_DEMAND
+
+
+def test_no_spot_with_slack_waits_and_says_why() -> None:
+    v = view("goals: {compute_hours: 2}\n", market(0, 0), status=S.RECOVERING, attempt=1)
+    assert reconcile(v) == []
+
+
+def test_spot_mode_never_falls_back_to_on_demand() -> None:
+    v = view("market: {mode: spot}\ngoals: {compute_hours: 8.7}\n", market(0, 0))
+    assert reconcile(v) == []
+
+
+def test_deadline_without_a_work_estimate_takes_on_demand_when_spot_is_gone() -> None:
+    v = view("", market(0, 0))
+    assert launched(reconcile(v)) is ON_DEMAND
+    assert launched(reconcile(view("", market(0, 1)))) is SPOT_B
+
+
+def test_no_deadline_never_pays_for_on_demand() -> None:
+    assert reconcile(view("goals: {compute_hours: 2}\n", market(0, 0), deadline_h=None)) == []
+
+
+def running_on_demand(body: str, mkt: MarketView, progress_step: int) -> JobView:
+    return view(
+        body, mkt, status=S.RUNNING, attempt=1, placement=ON_DEMAND, open_segment_nodes=1,
+        nodes=(NodeObservation("t-a1-n0", NodePhase.RUNNING),),
+        progress=Progress(step=progress_step, total_steps=100, time=NOW), progress_fresh=True,
+    )  # fmt: skip
+
+
+def long_runs() -> ZoneHistory:
+    """Ten hours watched: zone-b had spot in two long runs."""
+    history = ZoneHistory.empty().updated(0.0, {"zone-a": False, "zone-b": True})
+    return history.updated(5.0, {"zone-a": False, "zone-b": True}).updated(
+        5.0, {"zone-a": False, "zone-b": True}
+    )
+
+
+def test_on_demand_with_slack_left_goes_back_to_spot_when_it_returns() -> None:
+    v = running_on_demand("goals: {compute_hours: 4}\n", market(0, 1, long_runs()), progress_step=50)
+    actions = reconcile(v)
+    assert [a.target for a in actions if isinstance(a, Transition)] == [S.RECOVERING]
+    assert any(isinstance(a, StopNodes) for a in actions)
+    assert "spot is back in zone-b" in next(a.message for a in actions if isinstance(a, Transition))
+
+
+def test_on_demand_without_slack_stays_on_demand() -> None:
+    # 9 h left, 8.55 h of work left: 0.45 h of slack cannot pay a changeover and keep the safety net
+    v = running_on_demand("goals: {compute_hours: 9.5}\n", market(0, 1, long_runs()), progress_step=10)
+    assert reconcile(v) == []
+
+
+def test_work_estimate_from_progress_and_time_run() -> None:
+    spec = load_spec_text("name: t\ncommand: train.py\n")
+    assert work_hours(spec, Progress(step=25, total_steps=100), run_h=2.0) == (2.0, 8.0)
+    assert work_hours(spec, None, run_h=2.0) is None
+    spec = load_spec_text("name: t\ncommand: train.py\ngoals: {compute_hours: 10}\n")
+    assert work_hours(spec, Progress(step=25, total_steps=100), run_h=0.0) == (2.5, 10.0)
+
+
+def test_unknown_policy_name_is_a_user_error() -> None:
+    with pytest.raises(UserError, match="unknown market policy"):
+        reconcile(view("market: {policy: yolo}\ngoals: {compute_hours: 2}\n", market(0, 1)))
