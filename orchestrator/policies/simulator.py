@@ -90,8 +90,27 @@ def start_points(trace: AvailabilityTrace, job: SimJob, count: int, seed: int) -
     return rng.integers(0, last + 1, size=count).astype(np.int64)
 
 
-def simulate(policy: MarketPolicy, trace: AvailabilityTrace, job: SimJob, starts: IntArray) -> SimResult:
-    """Run ``policy`` from every start tick in ``starts`` (vectorised over starts)."""
+@dataclass(frozen=True)
+class Launch:
+    """One launch of the first start point's run: at trace tick ``tick`` (from its start)."""
+
+    tick: int
+    market: str
+    zone: str | None
+
+
+def simulate(
+    policy: MarketPolicy,
+    trace: AvailabilityTrace,
+    job: SimJob,
+    starts: IntArray,
+    launches: list[Launch] | None = None,
+) -> SimResult:
+    """Run ``policy`` from every start tick in ``starts`` (vectorised over starts).
+
+    ``launches``, when given, receives every launch of the first start point (to compare one run's
+    decisions with the controller's).
+    """
     job.validate()
     dt, n, zones = trace.tick_h, len(starts), len(trace.zones)
     co = changeover_ticks(job, dt)
@@ -169,6 +188,10 @@ def simulate(policy: MarketPolicy, trace: AvailabilityTrace, job: SimJob, starts
             target = np.where(action == Action.SPOT, spot_nodes, target)
         launch = (action != Action.WAIT) & ((action != market) | (want_zone != zone))
         resize = ~launch & (action == Action.SPOT) & (target != nodes) & elastic
+        if launches is not None and launch[0]:
+            first = Action(int(action[0]))
+            where = trace.zones[int(want_zone[0])] if first is Action.SPOT else None
+            launches.append(Launch(tau, first.market or "", where))
         co_left = np.where(launch, co, np.where(resize, np.maximum(co_left, rv), co_left))
         market, zone, nodes = action, want_zone, np.where(action == Action.WAIT, 0, target)
 

@@ -26,7 +26,9 @@ class Gpuctl:
             env=self.env, capture_output=True, text=True, timeout=timeout,
         )  # fmt: skip
         if check and proc.returncode != 0:
-            raise AssertionError(f"gpuctl {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
+            raise AssertionError(
+                f"gpuctl {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
+            )
         return proc
 
     def popen(self, *args: str) -> subprocess.Popen[str]:
@@ -39,7 +41,9 @@ class Gpuctl:
         doc: dict[str, Any] = json.loads(self.run("status", job, "-o", "json").stdout)
         return doc
 
-    def wait_for(self, job: str, predicate: Callable[[dict[str, Any]], bool], timeout: float = 240) -> dict[str, Any]:
+    def wait_for(
+        self, job: str, predicate: Callable[[dict[str, Any]], bool], timeout: float = 240
+    ) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             doc = self.status(job)

@@ -30,7 +30,9 @@ def _assert_consistent_segments(doc: dict[str, Any]) -> None:
         assert seg["ended_at"] is not None, f"open segment left behind: {seg}"
         assert seg["ended_at"] >= seg["started_at"]
     for before, after in itertools.pairwise(segments):
-        assert datetime.fromisoformat(after["started_at"]) >= datetime.fromisoformat(before["ended_at"]), segments
+        assert datetime.fromisoformat(after["started_at"]) >= datetime.fromisoformat(before["ended_at"]), (
+            segments
+        )
     assert abs(doc["cost_usd"] - sum(s["cost_usd"] for s in segments)) < 1e-5
 
 
@@ -59,7 +61,9 @@ def test_elastic_job_shrinks_then_grows_back(gpuctl: Gpuctl, tmp_path: Path) -> 
     assert doc["state"] == "SUCCEEDED"
     assert [s["nodes"] for s in doc["segments"]] == [2, 1, 2]
     _assert_consistent_segments(doc)
-    worlds = [e["world_size"] for e in _progress_events(gpuctl.home, doc["id"]) if e.get("event") == "resumed"]
+    worlds = [
+        e["world_size"] for e in _progress_events(gpuctl.home, doc["id"]) if e.get("event") == "resumed"
+    ]
     assert worlds == [2, 1, 2], "kept training on one node, then grew back to two"
 
 

@@ -10,7 +10,9 @@ from orchestrator.state.store import JobStore
 
 def test_controller_schedules_cost_reports_from_its_config(tmp_path: Path) -> None:
     store = JobStore(tmp_path)
-    (tmp_path / "config.yaml").write_text(f"reports: {{schedule: '0 8 * * 1-5', folder: {tmp_path / 'reports'}}}\n")
+    (tmp_path / "config.yaml").write_text(
+        f"reports: {{schedule: '0 8 * * 1-5', folder: {tmp_path / 'reports'}}}\n"
+    )
     controller = Controller(store, LocalBackend(store), tick_seconds=60)
     controller.start()
     try:

@@ -71,7 +71,11 @@ def test_no_spot_with_slack_before_the_deadline_keeps_waiting() -> None:
 
 
 def test_on_demand_mode_never_uses_spot() -> None:
-    (start,) = [a for a in reconcile(view("market: {mode: on-demand}\n", status=S.PLACING)) if isinstance(a, StartAttempt)]
+    (start,) = [
+        a
+        for a in reconcile(view("market: {mode: on-demand}\n", status=S.PLACING))
+        if isinstance(a, StartAttempt)
+    ]
     assert start.placement is ON_DEMAND
 
 
@@ -86,7 +90,13 @@ def test_waits_for_old_nodes_to_save_before_relaunching() -> None:
 
 
 def running(body: str = "resources: {nodes: 2}\n", **kw: object) -> JobView:
-    fields: dict[str, object] = {"status": S.RUNNING, "attempt": 1, "placement": SPOT, "open_segment_nodes": 2, **kw}
+    fields: dict[str, object] = {
+        "status": S.RUNNING,
+        "attempt": 1,
+        "placement": SPOT,
+        "open_segment_nodes": 2,
+        **kw,
+    }
     return view(body, **fields)
 
 
@@ -191,7 +201,11 @@ def test_max_preemptions_ends_the_job() -> None:
     v = running("resources: {nodes: 2}\nrecovery: {max_preemptions: 2}\n", preemptions=2, preempted_in_attempt=True,
                 nodes=(node(0, NodePhase.RUNNING), node(1, NodePhase.PREEMPTED, 1, notice=True)))  # fmt: skip
     (t,) = [a for a in reconcile(v) if isinstance(a, Transition)]
-    assert t.target is S.FAILED and t.reason is FailureReason.TOO_MANY_RESTARTS and "max_preemptions (2)" in t.message
+    assert (
+        t.target is S.FAILED
+        and t.reason is FailureReason.TOO_MANY_RESTARTS
+        and "max_preemptions (2)" in t.message
+    )
     assert targets(reconcile(replace(v, preemptions=1))) == [S.PREEMPTED]
 
 
