@@ -56,3 +56,20 @@ def _opt_int(v: object) -> int | None:
 
 def _opt_float(v: object) -> float | None:
     return float(v) if isinstance(v, int | float) else None
+
+
+def read_step_times(path: Path) -> list[tuple[datetime, int]]:
+    """(time, step) of every step line of the progress file, in file order (for throughput)."""
+    points: list[tuple[datetime, int]] = []
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return points
+    for line in text.splitlines():
+        try:
+            doc = json.loads(line)
+            if "event" not in doc and "step" in doc and doc.get("time"):
+                points.append((datetime.fromisoformat(str(doc["time"])), int(doc["step"])))
+        except (ValueError, TypeError, AttributeError):
+            continue
+    return points

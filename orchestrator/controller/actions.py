@@ -60,6 +60,15 @@ class CountRestart:
 
 
 @dataclass(frozen=True)
+class RightSize:
+    """Remember the right-size pick ``gpu_type``; ``apply``: place on that type from now on."""
+
+    gpu_type: str
+    apply: bool
+    why: str
+
+
+@dataclass(frozen=True)
 class RecordEvent:
     kind: str
     message: str
@@ -74,5 +83,6 @@ Action = (
     | MarkNodesEnded
     | CountPreemption
     | CountRestart
+    | RightSize
     | RecordEvent
 )

@@ -24,16 +24,20 @@ from orchestrator.controller.actions import (
     MarkNodesEnded,
     OpenSegment,
     RecordEvent,
+    RightSize,
     StartAttempt,
     StopNodes,
     Transition,
 )
 from orchestrator.controller.market_choice import MarketView, ZoneMarket, changeover_hours
+from orchestrator.controller.measurements import gpu_measurements
 from orchestrator.controller.placement import Candidates, zone_candidates
 from orchestrator.controller.reconcile import JobView, reconcile
-from orchestrator.policies import ZoneHistory
+from orchestrator.policies import GpuMeasurement, ZoneHistory
 from orchestrator.spec import JobSpec, spec_from_json
+from orchestrator.spec import RightSize as RightSizeMode
 from orchestrator.state.records import JobRecord, SegmentRecord
+from orchestrator.state.status import JobStatus
 from orchestrator.state.store import JobStore, StoreWrites
 
 log = logging.getLogger(__name__)
@@ -51,7 +55,7 @@ class Driver:
     def __init__(self, store: JobStore, backend: Backend) -> None:
         self.store = store
         self.backend = backend
-        self._candidates: dict[str, Candidates] = {}
+        self._candidates: dict[tuple[str, str | None], Candidates] = {}
 
     def tick(self, job_id: str, now: datetime | None = None) -> list[Action]:
         """One reconcile round for one job. Returns the actions applied (for tests and logs)."""
@@ -98,7 +102,14 @@ class Driver:
         fresh = bool(
             progress and progress.time and open_segments and progress.time >= open_segments[-1].started_at
         )
-        market = self._market_view(job, spec, segments, now)
+        sizing = self.store.job_options(job.id).get("right_size", {})
+        market = self._market_view(
+            job, spec, sizing.get("gpu_type") if sizing.get("apply") else None, segments, now
+        )
+        placing = job.status in (JobStatus.PLACING, JobStatus.RECOVERING, JobStatus.RESCALING)
+        measurements: tuple[GpuMeasurement, ...] = ()
+        if placing and spec.policies.right_size is not RightSizeMode.OFF:
+            measurements = gpu_measurements(self.store, job, now)
         zone = placement.zone if placement else (market.zones[0].zone if market.zones else "")
         capacity = {z.zone: z.capacity for z in market.zones}
         return JobView(
@@ -119,6 +130,8 @@ class Driver:
             if zone in capacity
             else self.backend.spot_capacity(job.id, zone, now),
             market=market,
+            measurements=measurements,
+            right_size_pick=sizing.get("gpu_type"),
             cost_usd=sum(s.cost_usd(now) for s in segments),
             restarts=job.restarts,
             preemptions=job.preemptions,
@@ -126,13 +139,25 @@ class Driver:
         )
 
     def _market_view(
-        self, job: JobRecord, spec: JobSpec, segments: list[SegmentRecord], now: datetime
+        self,
+        job: JobRecord,
+        spec: JobSpec,
+        sized_type: str | None,
+        segments: list[SegmentRecord],
+        now: datetime,
     ) -> MarketView:
-        """Every zone's spot offer and capacity now, and the availability history (updated and saved)."""
-        if job.id not in self._candidates:
+        """Every zone's spot offer and capacity now, and the availability history (updated and saved).
+
+        ``sized_type``: the GPU type right-size placed the job on (``auto``), instead of the spec's list.
+        """
+        key = (job.id, sized_type)
+        if key not in self._candidates:
             note = " (simulated: local nodes priced as this instance)" if self.backend.name == "local" else ""
-            self._candidates[job.id] = zone_candidates(spec, note)
-        found = self._candidates[job.id]
+            if sized_type is not None:
+                resources = spec.resources.model_copy(update={"gpu_types": [sized_type]})
+                spec = spec.model_copy(update={"resources": resources})
+            self._candidates[key] = zone_candidates(spec, note)
+        found = self._candidates[key]
         zones = tuple(
             ZoneMarket(zone, spot, self.backend.spot_capacity(job.id, zone, now))
             for zone, spot in found.spot_by_zone.items()
@@ -185,6 +210,11 @@ class Driver:
                     StoreWrites.increment(conn, job.id, "preemptions")
                 elif isinstance(action, CountRestart):
                     StoreWrites.increment(conn, job.id, "restarts")
+                elif isinstance(action, RightSize):
+                    StoreWrites.set_option(
+                        conn, job.id, "right_size", {"gpu_type": action.gpu_type, "apply": action.apply}
+                    )
+                    StoreWrites.event(conn, job.id, now, "right_size", action.why)
                 elif isinstance(action, RecordEvent):
                     StoreWrites.event(conn, job.id, now, action.kind, action.message)
         for ids, grace in to_stop:

@@ -7,10 +7,12 @@ backend. The same inputs always give the same actions, which is what the unit te
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import datetime
 
 from orchestrator.backends.base import NodeObservation, NodePhase, Placement, Progress
+from orchestrator.catalog.offers import MarketKind
 from orchestrator.controller.actions import (
     Action,
     CloseSegment,
@@ -19,6 +21,7 @@ from orchestrator.controller.actions import (
     MarkNodesEnded,
     OpenSegment,
     RecordEvent,
+    RightSize,
     StartAttempt,
     StopNodes,
     Transition,
@@ -28,10 +31,14 @@ from orchestrator.controller.market_choice import (
     MarketChoice,
     MarketView,
     ZoneMarket,
+    changeover_hours,
     choose_market,
     leave_on_demand,
 )
-from orchestrator.spec import JobSpec
+from orchestrator.errors import GpuctlError
+from orchestrator.policies import GpuMeasurement, right_size
+from orchestrator.spec import JobSpec, MarketMode
+from orchestrator.spec import RightSize as RightSizeMode
 from orchestrator.state.status import FailureReason, JobStatus
 
 S = JobStatus
@@ -66,6 +73,10 @@ class JobView:
     market: MarketView | None = None
     """Every zone's spot offer and capacity, and the history the market policy reads. None: one zone,
     made of ``spot``, ``on_demand`` and ``spot_capacity``."""
+    measurements: tuple[GpuMeasurement, ...] = ()
+    """What runs of this job measured per GPU type (read only when ``policies.right_size`` is on)."""
+    right_size_pick: str | None = None
+    """The GPU type right-size picked last (recommended or applied)."""
     cost_usd: float = 0.0
     restarts: int = 0
     preemptions: int = 0
@@ -112,6 +123,9 @@ def _place(view: JobView) -> list[Action]:
                 S.FAILED, f"spent {view.cost_usd:.2f} of a {budget:.2f} USD budget", FailureReason.OVER_BUDGET
             )
         ]
+    sized = _right_size(view)
+    if sized is not None:
+        return [sized]
     choice = choose_market(spec, market_view(view), _clock(view))
     if isinstance(choice, str):
         if choice.startswith("fail:"):
@@ -261,6 +275,37 @@ def _growth(view: JobView, alive: int) -> int:
     if placement.market.value == "on-demand" or view.spot_capacity is None:
         return room
     return max(0, min(room, view.spot_capacity - alive))
+
+
+def _right_size(view: JobView) -> RightSize | None:
+    """With ``policies.right_size`` on: the cheapest measured GPU type that meets the deadline.
+
+    ``recommend`` records it (once per pick) and changes nothing; ``auto`` also places the job on it.
+    Only the allowed ``gpu_types`` that runs of this job measured are candidates.
+    """
+    spec = view.spec
+    mode = spec.policies.right_size
+    progress = view.progress
+    allowed = [m for m in view.measurements if m.gpu_type in spec.resources.gpu_types]
+    if mode is RightSizeMode.OFF or not allowed or progress is None or not progress.total_steps:
+        return None
+    steps_left = progress.total_steps - progress.step
+    if steps_left <= 0:
+        return None
+    hours_left = math.inf
+    if view.deadline is not None:
+        hours_left = (view.deadline - view.now).total_seconds() / 3600.0 - changeover_hours(spec)
+    market = MarketKind.ON_DEMAND if spec.market.mode is MarketMode.ON_DEMAND else MarketKind.SPOT
+    try:
+        choice = right_size(
+            allowed, float(steps_left), hours_left, market=market, max_nodes=spec.resources.max_nodes
+        )
+    except GpuctlError:
+        return None  # nothing measured fits: place as the spec says
+    pick = choice.choice.offer.gpu_type
+    if pick == view.right_size_pick:
+        return None
+    return RightSize(pick, mode is RightSizeMode.AUTO, f"right-size ({mode}): {choice.reason}")
 
 
 def market_view(view: JobView) -> MarketView:

@@ -20,13 +20,14 @@ MEMORY_HEADROOM = 0.9
 
 @dataclass(frozen=True)
 class GpuMeasurement:
-    """Recorded on ``gpu_type``: work units (samples, tokens) per second per GPU, peak memory per GPU
-    in GiB and mean GPU utilization in [0, 1]."""
+    """Recorded on ``gpu_type``: work units (samples, tokens, steps) per second per GPU, peak memory
+    per GPU in GiB and mean GPU utilization in [0, 1]; ``None`` where the monitor measured nothing
+    (the memory check is then skipped, and the reason says so)."""
 
     gpu_type: str
     units_per_second_per_gpu: float
-    peak_memory_gib: float
-    utilization: float
+    peak_memory_gib: float | None
+    utilization: float | None
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ def right_size(
         if not found:
             ruled_out.append(f"{m.gpu_type}: no {market} offer in the catalog")
             continue
-        if m.peak_memory_gib > found[0].gpu_memory_gib * MEMORY_HEADROOM:
+        if m.peak_memory_gib is not None and m.peak_memory_gib > found[0].gpu_memory_gib * MEMORY_HEADROOM:
             ruled_out.append(
                 f"{m.gpu_type}: peak memory {m.peak_memory_gib:g} GiB does not fit in "
                 f"{MEMORY_HEADROOM:.0%} of {found[0].gpu_memory_gib:g} GiB"
@@ -98,7 +99,8 @@ def right_size(
         )
     options.sort(key=lambda o: (o.cost_usd, o.hours, o.offer.instance_type))
     best = options[0]
-    util = {m.gpu_type: m.utilization for m in measurements}[best.offer.gpu_type]
+    measured = {m.gpu_type: m for m in measurements}[best.offer.gpu_type]
+    util = measured.utilization
     reason = (
         f"{best.offer.gpu_type} x{best.gpus} ({best.nodes} x {best.offer.instance_type}, "
         f"{best.offer.zone}, {market}): {best.hours:.1f} h <= {deadline_h:g} h deadline "
@@ -109,8 +111,10 @@ def right_size(
         reason += (
             f"; next other type {other.offer.gpu_type} x{other.gpus} would cost {other.cost_usd:.2f} USD"
         )
-    if util < 0.5:
+    if util is not None and util < 0.5:
         reason += f"; measured utilization is only {util:.0%}: the input pipeline may be the bottleneck"
+    if measured.peak_memory_gib is None:
+        reason += "; GPU memory was not measured (no monitor data), so it was not checked"
     if ruled_out:
         reason += "; ruled out: " + "; ".join(ruled_out)
     return RightSizeChoice(best, reason, tuple(options))

@@ -169,11 +169,20 @@ class Recovery(_Strict):
 
 
 class Policies(_Strict):
-    right_size: RightSize = RightSize.OFF
+    right_size: RightSize = Field(
+        default=RightSize.OFF,
+        description="off; recommend (record the cheapest measured GPU type that meets the deadline); "
+        "auto (also place the job on it)",
+    )
     rescale: bool = True
     global_batch: Annotated[
         int | None, Field(ge=1, description="samples per optimizer step, kept across world sizes")
     ] = None
+
+    @field_validator("right_size", mode="before")
+    @classmethod
+    def _yaml_off(cls, v: Any) -> Any:
+        return "off" if v is False else v  # YAML reads a bare `off` as false
 
 
 class JobSpec(_Strict):

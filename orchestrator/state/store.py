@@ -411,6 +411,14 @@ class StoreWrites:
         conn.execute(f"UPDATE jobs SET {column} = {column} + 1 WHERE id = ?", (job_id,))
 
     @staticmethod
+    def set_option(conn: sqlite3.Connection, job_id: str, key: str, value: Any) -> None:
+        """Set one key of the job's options (a JSON object stored with the job)."""
+        row = conn.execute("SELECT options_json FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        options = dict(json.loads(row[0])) if row else {}
+        options[key] = value
+        conn.execute("UPDATE jobs SET options_json = ? WHERE id = ?", (json.dumps(options), job_id))
+
+    @staticmethod
     def event(conn: sqlite3.Connection, job_id: str, now: datetime, kind: str, message: str) -> None:
         conn.execute(
             "INSERT INTO events (job_id, time, kind, message) VALUES (?,?,?,?)",

@@ -1,0 +1,99 @@
+"""Right-size in the controller: measurements from earlier runs, then recommend or place on the pick."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from orchestrator.backends.base import Placement, Progress
+from orchestrator.catalog.offers import MarketKind
+from orchestrator.controller.actions import RightSize, StartAttempt
+from orchestrator.controller.driver import placement_to_dict
+from orchestrator.controller.measurements import gpu_measurements
+from orchestrator.controller.reconcile import JobView, reconcile
+from orchestrator.policies import GpuMeasurement
+from orchestrator.spec import load_spec_text
+from orchestrator.state.status import JobStatus
+from orchestrator.state.store import JobStore, StoreWrites
+
+NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+A100 = Placement("A100", MarketKind.SPOT, "aws", "us-east-1", "use1-az1", "p4d", 8, 10.0, 32.0, "test")
+T4 = replace(A100, gpu_type="T4", instance_type="g4dn.xlarge", gpus_per_node=1)
+
+FAST_A100 = GpuMeasurement("A100", 4.0, 10.0, 0.3)
+SLOW_T4 = GpuMeasurement("T4", 1.0, 10.0, 0.9)
+
+
+def view(mode: str, measurements: tuple[GpuMeasurement, ...], **kw: object) -> JobView:
+    spec = load_spec_text(
+        "name: t\ncommand: train.py\nresources: {gpu_types: [A100, T4]}\n"
+        f"policies: {{right_size: {mode}}}\n"
+    )
+    base = JobView(spec=spec, status=JobStatus.RECOVERING, now=NOW, submitted_at=NOW - timedelta(hours=1),
+                   deadline=NOW + timedelta(hours=5), attempt=1, placement=A100, spot=A100,
+                   progress=Progress(step=1000, total_steps=11000), measurements=measurements)  # fmt: skip
+    return replace(base, **kw)  # type: ignore[arg-type]
+
+
+def test_auto_picks_the_cheapest_type_that_meets_the_deadline_and_says_why() -> None:
+    # 10000 steps left: a T4 at 1 step/s needs 2.8 h (deadline in 5 h) for far less than the A100
+    (action,) = reconcile(view("auto", (FAST_A100, SLOW_T4)))
+    assert isinstance(action, RightSize) and action.gpu_type == "T4" and action.apply
+    assert "T4" in action.why and "deadline" in action.why
+
+
+def test_a_deadline_the_small_gpu_cannot_meet_keeps_the_big_one() -> None:
+    actions = reconcile(view("auto", (FAST_A100, SLOW_T4), deadline=NOW + timedelta(hours=1.5)))
+    (action,) = actions
+    assert isinstance(action, RightSize) and action.gpu_type == "A100"
+
+
+def test_the_same_pick_is_not_repeated_and_placement_goes_on() -> None:
+    actions = reconcile(view("auto", (FAST_A100, SLOW_T4), right_size_pick="T4"))
+    assert any(isinstance(a, StartAttempt) for a in actions)
+
+
+def test_recommend_records_without_applying_and_off_does_nothing() -> None:
+    (action,) = reconcile(view("recommend", (FAST_A100, SLOW_T4)))
+    assert isinstance(action, RightSize) and not action.apply
+    assert any(isinstance(a, StartAttempt) for a in reconcile(view("off", (FAST_A100, SLOW_T4))))
+
+
+def test_without_measurements_or_progress_nothing_is_sized() -> None:
+    assert any(isinstance(a, StartAttempt) for a in reconcile(view("auto", ())))
+    assert any(isinstance(a, StartAttempt) for a in reconcile(view("auto", (SLOW_T4,), progress=None)))
+
+
+def _ran(store: JobStore, name: str, placement: Placement, nodes: int, steps_per_s: float) -> str:
+    spec = load_spec_text(f"name: {name}\ncommand: train.py\n")
+    job = store.create_job(name=name, user="u", team="t", backend="local", spec_json=spec.model_dump_json(),
+                           deadline=None, now=NOW)  # fmt: skip
+    start = NOW - timedelta(minutes=10)
+    with store.transaction() as conn:
+        attempt = StoreWrites.start_attempt(conn, job.id, placement_to_dict(placement), start)
+        StoreWrites.open_segment(conn, job.id, attempt, placement_to_dict(placement), nodes, start)
+        StoreWrites.close_segment(conn, job.id, "finished", start + timedelta(minutes=5))
+    lines = [
+        {"time": (start + timedelta(seconds=30 + i)).isoformat(), "step": int(i * steps_per_s), "total_steps": 999}
+        for i in range(0, 120, 10)
+    ]  # fmt: skip
+    lines.append(
+        {"time": (start + timedelta(minutes=8)).isoformat(), "step": 10**6}
+    )  # after the segment: ignored
+    (store.job_dir(job.id) / "progress.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    return job.id
+
+
+def test_measurements_come_from_runs_of_the_same_job_per_gpu_type(tmp_path: Path) -> None:
+    store = JobStore(tmp_path)
+    _ran(store, "train", A100, nodes=2, steps_per_s=8.0)  # 2 x 8 GPUs at 8 steps/s: 0.5 step/s per GPU
+    _ran(store, "train", T4, nodes=1, steps_per_s=0.5)
+    _ran(store, "other", T4, nodes=1, steps_per_s=100.0)
+    current = _ran(store, "train", T4, nodes=1, steps_per_s=0.7)
+    found = {m.gpu_type: m for m in gpu_measurements(store, store.job(current), NOW)}
+    assert set(found) == {"A100", "T4"}
+    assert abs(found["A100"].units_per_second_per_gpu - 0.5) < 0.02
+    assert abs(found["T4"].units_per_second_per_gpu - 0.6) < 0.02  # two T4 runs, same length: the mean
+    assert found["T4"].peak_memory_gib is None  # no monitor data: not measured, not zero
