@@ -89,7 +89,9 @@ def test_cancel_from_another_terminal(gpuctl: Gpuctl, tmp_path: Path) -> None:
 
 def test_controller_killed_at_any_point_loses_nothing(gpuctl: Gpuctl, tmp_path: Path) -> None:
     """kill -9 the controller repeatedly through a run with preemptions; restart it each time."""
-    job_file = write_job(tmp_path, "crashsafe", f"command: {TINY} 40 0.2\nresources: {{nodes: 2}}\n"
+    # 60 steps: after the second preemption point (step 25) the job runs 7 s more, so a controller that is
+    # down for a few seconds there still sees it (the simulated market only fires while a controller looks)
+    job_file = write_job(tmp_path, "crashsafe", f"command: {TINY} 60 0.2\nresources: {{nodes: 2}}\n"
                          "checkpoint: {notice_grace_seconds: 4}\n")  # fmt: skip
     job_id = gpuctl.run("submit", str(job_file), "--detach", "--preempt-at", "step:8", "--preempt-at", "step:25",
                         "--outage", "3s").stdout.strip()  # fmt: skip
