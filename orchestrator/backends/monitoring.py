@@ -94,7 +94,9 @@ class MonitorSettings:
             settings = replace(settings, window=env[ENV_WINDOW])
         if env.get(ENV_CLOUD):
             if env[ENV_CLOUD] not in CLOUDS:
-                raise UserError(f"{ENV_CLOUD}={env[ENV_CLOUD]!r} is unknown", f"use one of {', '.join(CLOUDS)}")
+                raise UserError(
+                    f"{ENV_CLOUD}={env[ENV_CLOUD]!r} is unknown", f"use one of {', '.join(CLOUDS)}"
+                )
             settings = replace(settings, cloud=env[ENV_CLOUD])
         if env.get(ENV_COMMAND):
             settings = replace(settings, command=tuple(shlex.split(env[ENV_COMMAND])))

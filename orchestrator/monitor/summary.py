@@ -172,7 +172,13 @@ class WindowAggregator:
 
 def unavailable_record(job_id: str | None, reason: str, message: str) -> dict[str, Any]:
     """``reason``: ``no_nvml`` or another short token; ``message``: the error, for people."""
-    return {"kind": UNAVAILABLE_KIND, "job_id": job_id, "time": time.time(), "reason": reason, "message": message}
+    return {
+        "kind": UNAVAILABLE_KIND,
+        "job_id": job_id,
+        "time": time.time(),
+        "reason": reason,
+        "message": message,
+    }
 
 
 class SummaryWriter:

@@ -137,9 +137,15 @@ def aggregate(windows: list[_Window]) -> GpuUsage | None:
         util_max_pct=max(w.util_max_pct for w in windows),
         mem_peak_bytes=max(w.mem_used_max_bytes for w in windows),
         mem_total_bytes=peak.mem_total_bytes,
-        mem_peak_fraction=round(peak.mem_used_max_bytes / peak.mem_total_bytes, 4) if peak.mem_total_bytes else 0.0,
+        mem_peak_fraction=round(peak.mem_used_max_bytes / peak.mem_total_bytes, 4)
+        if peak.mem_total_bytes
+        else 0.0,
         sm_activity_mean=(
-            round(sum(w.sm_activity_mean * w.samples for w in with_sm if w.sm_activity_mean is not None) / sm_samples, 4)
+            round(
+                sum(w.sm_activity_mean * w.samples for w in with_sm if w.sm_activity_mean is not None)
+                / sm_samples,
+                4,
+            )
             if sm_samples
             else None
         ),
@@ -252,13 +258,16 @@ class UsageStore:
         return added
 
     @staticmethod
-    def _record_unavailable(conn: sqlite3.Connection, job_id: str, record: dict[str, Any], now: datetime) -> None:
+    def _record_unavailable(
+        conn: sqlite3.Connection, job_id: str, record: dict[str, Any], now: datetime
+    ) -> None:
         if record.get("reason") == "no_nvml":
             message = NO_NVML_MESSAGE
         else:
             message = f"GPU monitor: {record.get('message') or 'not running'}; utilization not measured"
         seen = conn.execute(
-            "SELECT 1 FROM events WHERE job_id = ? AND kind = ? AND message = ?", (job_id, EVENT_KIND, message)
+            "SELECT 1 FROM events WHERE job_id = ? AND kind = ? AND message = ?",
+            (job_id, EVENT_KIND, message),
         ).fetchone()
         if seen is None:
             StoreWrites.event(conn, job_id, now, EVENT_KIND, message)
@@ -269,6 +278,13 @@ class UsageStore:
             "SELECT record_json FROM gpu_usage_windows WHERE job_id = ? ORDER BY start, source", (job_id,)
         )
         return [dict(json.loads(r["record_json"])) for r in rows]
+
+    def idle_gpu_hours(self) -> dict[str, float]:
+        """Idle GPU-hours of every job with stored windows."""
+        rows = self.store._query(
+            "SELECT job_id, SUM(idle_seconds) AS idle FROM gpu_usage_windows GROUP BY job_id"
+        )
+        return {r["job_id"]: float(r["idle"]) / 3600.0 for r in rows}
 
     def usage(self, job_id: str) -> GpuUsage | None:
         """The aggregate of the stored windows; None when nothing was measured."""

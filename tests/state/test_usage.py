@@ -19,7 +19,9 @@ REPLAY = Path(__file__).resolve().parents[1] / "data" / "monitor" / "h100x8_synt
 
 
 def _job(store: JobStore) -> str:
-    return store.create_job(name="j", user="u", team="t", backend="local", spec_json="{}", deadline=None, now=NOW).id
+    return store.create_job(
+        name="j", user="u", team="t", backend="local", spec_json="{}", deadline=None, now=NOW
+    ).id
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +39,9 @@ def window_lines() -> list[str]:
     return [json.dumps(r) + "\n" for r in records]
 
 
-def test_ingests_new_lines_only_and_leaves_a_partial_line_for_later(tmp_path: Path, window_lines: list[str]) -> None:
+def test_ingests_new_lines_only_and_leaves_a_partial_line_for_later(
+    tmp_path: Path, window_lines: list[str]
+) -> None:
     store = JobStore(tmp_path)
     job_id = _job(store)
     file = store.job_dir(job_id) / "monitor-summary-n0.jsonl"

@@ -40,7 +40,9 @@ def monitor_pids(node_id: str) -> list[int]:
     return found
 
 
-def start_runner(tmp_path: Path, node_id: str, source: str, command: list[str]) -> tuple[subprocess.Popen[bytes], Path]:
+def start_runner(
+    tmp_path: Path, node_id: str, source: str, command: list[str]
+) -> tuple[subprocess.Popen[bytes], Path]:
     node_dir = tmp_path / "job" / "attempt-1" / node_id
     node_dir.mkdir(parents=True)
     settings = MonitorSettings(source=source, interval="0.1s", window="5s", port=-1)
@@ -65,7 +67,9 @@ def wait_for(predicate: object, timeout: float = 20.0) -> None:
 
 def test_monitor_runs_beside_the_trainer_and_stops_after_it(tmp_path: Path) -> None:
     node = "job-x-a1-n0"
-    proc, node_dir = start_runner(tmp_path, node, f"replay:{REPLAY}", [sys.executable, "-c", "import time; time.sleep(3)"])
+    proc, node_dir = start_runner(
+        tmp_path, node, f"replay:{REPLAY}", [sys.executable, "-c", "import time; time.sleep(3)"]
+    )
     wait_for(lambda: monitor_pids(node))
     assert proc.wait(timeout=30) == 0
     assert (node_dir / "exit_code").read_text() == "0"
@@ -77,7 +81,9 @@ def test_monitor_runs_beside_the_trainer_and_stops_after_it(tmp_path: Path) -> N
 
 def test_killing_the_node_kills_its_monitor(tmp_path: Path) -> None:
     node = "job-x-a1-n1"
-    proc, _ = start_runner(tmp_path, node, f"replay:{REPLAY}", [sys.executable, "-c", "import time; time.sleep(60)"])
+    proc, _ = start_runner(
+        tmp_path, node, f"replay:{REPLAY}", [sys.executable, "-c", "import time; time.sleep(60)"]
+    )
     wait_for(lambda: monitor_pids(node))
     _kill_node(proc.pid, node)
     proc.wait(timeout=10)
@@ -87,7 +93,9 @@ def test_killing_the_node_kills_its_monitor(tmp_path: Path) -> None:
 def test_no_nvml_costs_one_line_not_the_node(tmp_path: Path) -> None:
     pytest.importorskip("pynvml")
     node = "job-x-a1-n2"
-    proc, node_dir = start_runner(tmp_path, node, "nvml", [sys.executable, "-c", "import time; time.sleep(4)"])
+    proc, node_dir = start_runner(
+        tmp_path, node, "nvml", [sys.executable, "-c", "import time; time.sleep(4)"]
+    )
     assert proc.wait(timeout=30) == 0
     if read_summaries(tmp_path / "job" / f"monitor-summary-{node}.jsonl"):
         pytest.skip("this machine has NVML and a GPU")
