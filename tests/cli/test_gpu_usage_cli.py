@@ -75,3 +75,20 @@ def test_cost_report_prefers_stored_windows_and_falls_back_to_files(home: tuple[
     )
     (store.job_dir(other.id) / "monitor-summary-k-a1-n0.jsonl").write_text(window(0.0, 40.0, 720.0))
     assert load_report_inputs(path).idle[other.id] == pytest.approx(0.2)  # nothing stored: the file
+
+
+def test_diagnose_job_reads_the_stored_node_windows(
+    home: tuple[Path, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, job_id = home
+    assert main(["diagnose", job_id, "-o", "json"]) == 0
+    assert "low-utilization" not in {f["code"] for f in json.loads(capsys.readouterr().out)}  # mean 50 %
+    store = JobStore(path)
+    low = store.create_job(
+        name="low", user="u", team="t", backend="local", spec_json="{}", deadline=None, now=NOW
+    )
+    (store.job_dir(low.id) / "monitor-summary-low-a1-n0.jsonl").write_text(window(0.0, 20.0, 0.0))
+    (store.job_dir(low.id) / "monitor-summary-low-a1-n1.jsonl").write_text(window(0.0, 30.0, 0.0))
+    UsageStore(store).ingest(low.id, NOW)
+    assert main(["diagnose", low.id, "-o", "json"]) == 0
+    assert "low-utilization" in {f["code"] for f in json.loads(capsys.readouterr().out)}  # both nodes, 25 %
