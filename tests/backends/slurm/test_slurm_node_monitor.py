@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.backends.base import LaunchRequest
 from orchestrator.backends.monitoring import MonitorSettings
 from orchestrator.backends.slurm import SlurmClusterConfig, render_batch_job
 from orchestrator.backends.slurm.backend import request_for
@@ -25,7 +26,7 @@ REPLAY = REPO / "tests" / "data" / "monitor" / "h100x8_synthetic.jsonl"
 PYTHON_MONITOR = (sys.executable, "-m", "orchestrator.monitor")
 
 
-def request(tmp_path: Path, job_dir_name: str = "job dir $(id)"):  # type: ignore[no-untyped-def]
+def request(tmp_path: Path, job_dir_name: str = "job dir $(id)") -> LaunchRequest:
     spec = load_spec_text(f"name: t\ncommand: train.py\nworkdir: {tmp_path}\n")
     req = request_for(spec, "t-1", tmp_path / job_dir_name, SlurmClusterConfig())
     req.job_dir.mkdir()
