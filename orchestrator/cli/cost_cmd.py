@@ -21,6 +21,7 @@ from orchestrator.costs.report import GroupBy, Report, build_report, parse_since
 from orchestrator.errors import UserError
 from orchestrator.monitor.summary import read_summaries
 from orchestrator.state import store as store_module
+from orchestrator.state.usage import UsageStore
 
 
 def gpuctl_home() -> Path:
@@ -29,8 +30,11 @@ def gpuctl_home() -> Path:
 
 def load_report_inputs(home: Path, since: datetime | None = None) -> ReportInputs:
     """Jobs and segments from the job store under ``home``, with the work lost to preemptions (from
-    the progress files) and idle GPU-hours (from monitor summaries, ``monitor-summary*.jsonl``)."""
-    inputs = read_ledger(store_module.open_store(home), since)
+    the progress files) and idle GPU-hours (from the stored monitor windows, else from the monitor
+    summary files ``monitor-summary*.jsonl``)."""
+    store = store_module.open_store(home)
+    inputs = read_ledger(store, since)
+    stored_idle = UsageStore(store).idle_gpu_hours() if isinstance(store, store_module.JobStore) else {}
     lost = {}
     for job in inputs.jobs:
         found = lost_work_from_progress(home / "jobs" / job.id / "progress.jsonl")
@@ -38,6 +42,9 @@ def load_report_inputs(home: Path, since: datetime | None = None) -> ReportInput
             lost[job.id] = found
     idle = dict(inputs.idle or {})
     for job in inputs.jobs:
+        if job.id in stored_idle:  # what the controller stored; else the summary files themselves
+            idle[job.id] = stored_idle[job.id]
+            continue
         files = sorted((home / "jobs" / job.id).glob("monitor-summary*.jsonl"))
         if files:  # GPU-seconds below the idle threshold, summed over the monitor's windows and GPUs
             idle[job.id] = sum(float(w["idle_seconds"]) for f in files for w in read_summaries(f)) / 3600.0

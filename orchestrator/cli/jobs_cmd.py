@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from datetime import UTC, datetime
@@ -13,6 +14,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from orchestrator.backends import monitoring
 from orchestrator.backends.base import Backend
 from orchestrator.backends.local.backend import LocalBackend
 from orchestrator.backends.local.market import SimulatedMarket, parse_schedule, preemption_schedule
@@ -26,6 +28,7 @@ from orchestrator.errors import UserError
 from orchestrator.policies import market_policy
 from orchestrator.spec import JobSpec, MarketMode, load_spec_file, parse_deadline
 from orchestrator.state.store import JobStore
+from orchestrator.state.usage import UsageStore
 
 BACKENDS = ["local"]
 """Backends the controller of this process drives."""
@@ -44,6 +47,9 @@ def register(sub: Any) -> None:
     p.add_argument("file", help="job spec (YAML)")
     _backend_options(p)
     p.add_argument("--detach", action="store_true", help="leave a background controller running and return")
+    p.add_argument("--monitor-source", metavar="SOURCE",
+                   help="GPU monitor on each node: nvml (default), replay:FILE (recorded samples) or off; "
+                        f"default ${monitoring.ENV_SOURCE}")  # fmt: skip
     market = p.add_argument_group("simulated spot market (local backend)")
     market.add_argument("--preempt-at", action="append", default=[], metavar="WHEN",
                         help="reclaim spot capacity at WHEN: '30s' after submission or 'step:40'; repeatable")  # fmt: skip
@@ -138,9 +144,13 @@ def run_submit(args: argparse.Namespace) -> int:
         spec, store, now
     )  # unknown GPU types, impossible zones and budgets fail before anything is stored
     deadline = parse_deadline(spec.goals.deadline, now) if spec.goals.deadline else None
+    options: dict[str, Any] = {"market": _market_options(args)}
+    source = args.monitor_source or os.environ.get(monitoring.ENV_SOURCE)
+    if source:  # kept with the job: a controller started elsewhere starts the same monitors
+        options[monitoring.OPTIONS_KEY] = {"source": monitoring.parse_source(source)}
     job = store.create_job(
         name=spec.name, user=spec.user, team=spec.team, backend=args.backend, spec_json=spec.model_dump_json(),
-        deadline=deadline, now=now, options={"market": _market_options(args)},
+        deadline=deadline, now=now, options=options,
     )  # fmt: skip
     lock = ControllerLock(store.home)
     if args.detach:
@@ -199,7 +209,8 @@ def _follow(store: JobStore, job_id: str, controller: Controller | None) -> int:
 def _document(store: JobStore, job_id: str) -> dict[str, Any]:
     job = store.job(job_id)
     progress = read_progress(store.job_dir(job.id) / "progress.jsonl")
-    return job_document(job, store.segments(job.id), progress, store.summary(job.id))
+    usage = UsageStore(store).usage(job.id)
+    return job_document(job, store.segments(job.id), progress, store.summary(job.id), gpu_usage=usage)
 
 
 def run_list(args: argparse.Namespace) -> int:

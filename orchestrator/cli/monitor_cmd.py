@@ -81,13 +81,20 @@ def _fill_from_job(args: argparse.Namespace) -> None:
         args.progress = str(job_dir / "progress.jsonl")
     if args.summaries is None and (job_dir / JOB_SUMMARY_FILE).exists():
         args.summaries = str(job_dir / JOB_SUMMARY_FILE)
+    elif args.summaries is None:  # the node monitors' windows the controller stored, else their files
+        from orchestrator.monitor.summary import read_summaries
+        from orchestrator.state.usage import SUMMARY_GLOB, UsageStore
+
+        args.job_windows = UsageStore(store).windows(job.id) or [
+            w for f in sorted(job_dir.glob(SUMMARY_GLOB)) for w in read_summaries(f)
+        ]
     segments = store.segments(job.id)
     if args.gpu_type is None and segments:
         args.gpu_type = segments[-1].gpu_type
 
 
 def run_diagnose(args: argparse.Namespace) -> int:
-    from orchestrator.monitor.diagnosis import diagnose_files
+    from orchestrator.monitor.diagnosis import diagnose, diagnose_files, read_step_timings
 
     if args.job:
         _fill_from_job(args)
@@ -96,7 +103,12 @@ def run_diagnose(args: argparse.Namespace) -> int:
     if args.gpu_type:
         catalog_memory, candidates = catalog_candidates(args.gpu_type)
         memory = memory or catalog_memory
-    findings = diagnose_files(args.summaries, args.progress, memory, candidates)
+    job_windows = getattr(args, "job_windows", None)
+    if job_windows:
+        steps = read_step_timings(args.progress) if args.progress else []
+        findings = diagnose(job_windows, steps, memory, candidates)
+    else:
+        findings = diagnose_files(args.summaries, args.progress, memory, candidates)
     if args.output == "json":
         print(json.dumps([f.to_dict() for f in findings], indent=2))
         return 0

@@ -10,13 +10,16 @@ from rich.table import Table
 from orchestrator.backends.base import Progress
 from orchestrator.spec import format_duration
 from orchestrator.state.records import JobRecord, SegmentRecord
+from orchestrator.state.usage import GpuUsage
 
 SIMULATED_NOTE = "costs are simulated: local nodes are priced as the cloud instance they stand for"
 
 
 def job_document(job: JobRecord, segments: list[SegmentRecord], progress: Progress | None,
-                 summary: dict[str, Any], now: datetime | None = None) -> dict[str, Any]:  # fmt: skip
-    """The stable machine-readable status (``gpuctl status JOB -o json``)."""
+                 summary: dict[str, Any], now: datetime | None = None,
+                 gpu_usage: GpuUsage | None = None) -> dict[str, Any]:  # fmt: skip
+    """The stable machine-readable status (``gpuctl status JOB -o json``); ``gpu_usage`` is null until
+    a GPU monitor window was stored."""
     now = now or datetime.now(UTC)
     cost = sum(s.cost_usd(now) for s in segments)
     on_demand = sum(s.on_demand_equivalent_usd(now) for s in segments)
@@ -59,6 +62,7 @@ def job_document(job: JobRecord, segments: list[SegmentRecord], progress: Progre
             for s in segments
         ],
     }
+    doc["gpu_usage"] = gpu_usage.to_dict() if gpu_usage is not None else None
     if progress is not None:
         doc["progress"] = {
             "step": progress.step,
@@ -112,6 +116,8 @@ def summary_lines(doc: dict[str, Any]) -> list[str]:
     cost, od = doc["cost_usd"], doc["on_demand_equivalent_usd"]
     saved = f" ({100 * (od - cost) / od:.0f}% saved)" if od > 0 else ""
     lines.append(f"cost {cost:.4f} USD; the same GPU-hours on-demand: {od:.4f} USD{saved}")
+    if doc.get("gpu_usage"):
+        lines.append(gpu_use_line(doc["gpu_usage"]))
     if doc["cost_is_simulated"]:
         lines.append(f"note: {SIMULATED_NOTE}")
     for seg in doc["segments"]:
@@ -124,3 +130,14 @@ def summary_lines(doc: dict[str, Any]) -> list[str]:
             f" for {span}, {seg['cost_usd']:.4f} USD ({seg['end_reason'] or 'open'})"
         )
     return lines
+
+
+def gpu_use_line(usage: dict[str, Any]) -> str:
+    """One line of what the GPU monitors measured (the ``gpu_usage`` of a status document)."""
+    total_gib = usage["mem_total_bytes"] / 2**30
+    sm = f", SM activity {usage['sm_activity_mean']:.2f}" if usage.get("sm_activity_mean") is not None else ""
+    return (
+        f"GPU use: utilization mean {usage['util_mean_pct']:.0f}% (p95 {usage['util_p95_pct']:.0f}%), "
+        f"peak memory {100 * usage['mem_peak_fraction']:.0f}% of {total_gib:.0f} GiB{sm}, "
+        f"idle {usage['idle_gpu_hours']:.3f} GPU-h, {usage['samples']} samples ({usage['model']})"
+    )

@@ -39,6 +39,7 @@ from orchestrator.spec import RightSize as RightSizeMode
 from orchestrator.state.records import JobRecord, SegmentRecord
 from orchestrator.state.status import JobStatus
 from orchestrator.state.store import JobStore, StoreWrites
+from orchestrator.state.usage import UsageStore
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +63,7 @@ class Driver:
         now = now or datetime.now(UTC)
         job = self.store.job(job_id)
         spec = spec_from_json(job.spec_json)
+        UsageStore(self.store).ingest(job.id, now)  # new GPU monitor window summaries of the job's nodes
         self._finish_interrupted(job, spec, now)
         view = self._view(job, spec, now)
         actions = reconcile(view)

@@ -14,11 +14,16 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from orchestrator.contract import ENV_JOB_ID, ENV_NOTICE_FILE
-from orchestrator.errors import TemporaryError, UserError
+from orchestrator.errors import EnvironmentProblem, TemporaryError, UserError
 from orchestrator.monitor.metrics import GpuCollector, MetricsServer
 from orchestrator.monitor.notices import NoticeNotifier, NoticeWatcher, make_notice_source
 from orchestrator.monitor.samples import GpuSample, ReplaySource
-from orchestrator.monitor.summary import DEFAULT_IDLE_THRESHOLD_PCT, SummaryWriter, WindowAggregator
+from orchestrator.monitor.summary import (
+    DEFAULT_IDLE_THRESHOLD_PCT,
+    SummaryWriter,
+    WindowAggregator,
+    unavailable_record,
+)
 
 ENV_SUMMARY_FILE = "GPUCTL_MONITOR_SUMMARY_FILE"
 
@@ -172,7 +177,12 @@ def run_monitor(args: argparse.Namespace, log: Callable[[str], None] | None = No
     emit = log or (lambda line: print(f"gpuctl monitor: {line}", file=sys.stderr, flush=True))
     if args.once:
         return run_once(args)
-    source = open_source(args)
+    try:
+        source = open_source(args)
+    except EnvironmentProblem as err:  # no NVML: say so in the summary file too, for the controller
+        if args.summary_file:
+            SummaryWriter(args.summary_file).write(unavailable_record(args.job or None, "no_nvml", err.what))
+        raise
     collector = GpuCollector(job=args.job)
     writer = SummaryWriter(args.summary_file) if args.summary_file else None
     monitor = Monitor(

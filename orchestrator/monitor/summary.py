@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,9 @@ from typing import Any
 from orchestrator.monitor.samples import GpuSample
 
 DEFAULT_IDLE_THRESHOLD_PCT = 1.0
+WINDOW_KIND = "gpuctl.monitor.window"
+UNAVAILABLE_KIND = "gpuctl.monitor.unavailable"
+"""A summary-file line written instead of windows when the monitor cannot sample (e.g. no NVML)."""
 
 THROTTLE_REASON_MASK = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
 """Clock-event reasons that slow work: SW power cap, HW slowdown, SW/HW thermal, HW power brake."""
@@ -143,7 +147,7 @@ class WindowAggregator:
         per_gpu = [window.summary(gpu) for gpu, window in sorted(self._gpus.items())]
         windows = list(self._gpus.values())
         record: dict[str, Any] = {
-            "kind": "gpuctl.monitor.window",
+            "kind": WINDOW_KIND,
             "job_id": self.job_id,
             "start": self._start,
             "end": end,
@@ -166,6 +170,17 @@ class WindowAggregator:
         return record
 
 
+def unavailable_record(job_id: str | None, reason: str, message: str) -> dict[str, Any]:
+    """``reason``: ``no_nvml`` or another short token; ``message``: the error, for people."""
+    return {
+        "kind": UNAVAILABLE_KIND,
+        "job_id": job_id,
+        "time": time.time(),
+        "reason": reason,
+        "message": message,
+    }
+
+
 class SummaryWriter:
     """Appends window summaries as JSON lines (one write and flush per line)."""
 
@@ -185,6 +200,6 @@ def read_summaries(path: str | Path) -> list[dict[str, Any]]:
         for line in handle:
             if line.strip():
                 record = json.loads(line)
-                if isinstance(record, dict) and record.get("kind") == "gpuctl.monitor.window":
+                if isinstance(record, dict) and record.get("kind") == WINDOW_KIND:
                     records.append(record)
     return records

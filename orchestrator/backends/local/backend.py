@@ -6,7 +6,8 @@ Layout of a job folder (``$GPUCTL_HOME/jobs/JOB``)::
     market.json                 which simulated market changes have fired
     attempt-N/rendezvous.pid    the attempt's c10d store process
     attempt-N/rendezvous.port
-    attempt-N/NODE_ID/          runner.pid, exit_code, kill_at, launches.log, output.log
+    attempt-N/NODE_ID/          runner.pid, exit_code, kill_at, launches.log, output.log, monitor.log
+    monitor-summary-NODE_ID.jsonl   the node's GPU monitor windows (see orchestrator.backends.monitoring)
 
 Everything the backend needs after a controller restart is in those files and in /proc, so a
 restarted controller finds running nodes again and never starts one twice.
@@ -15,6 +16,7 @@ restarted controller finds running nodes again and never starts one twice.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -27,6 +29,7 @@ from pathlib import Path
 from orchestrator import contract
 from orchestrator.backends.base import AttemptObservation, LaunchRequest, NodeObservation, NodePhase
 from orchestrator.backends.local.market import SimulatedMarket
+from orchestrator.backends.monitoring import MonitorSettings
 from orchestrator.backends.progress import read_progress
 from orchestrator.spec import parse_duration
 from orchestrator.state.store import JobStore
@@ -108,9 +111,13 @@ class LocalBackend:
             env[contract.ENV_GLOBAL_BATCH] = str(spec.policies.global_batch)
         if spec.setup:
             env["GPUCTL_SETUP"] = spec.setup
+        runner = [sys.executable, "-m", "orchestrator.backends.local.node_runner", str(node_dir)]
+        monitor = MonitorSettings.for_job(self.store.job_options(request.job_id))
+        if monitor.enabled:
+            runner += ["--monitor", json.dumps(monitor.local_argv(request.job_id))]
         with open(node_dir / "output.log", "ab") as log:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "orchestrator.backends.local.node_runner", str(node_dir), "--", *torchrun],
+                [*runner, "--", *torchrun],
                 cwd=spec.workdir, env=env, start_new_session=True, stdin=subprocess.DEVNULL,
                 stdout=log, stderr=subprocess.STDOUT,
             )  # fmt: skip

@@ -15,6 +15,12 @@ before they checkpoint):
 
 A step that exits with :data:`~orchestrator.contract.PREEMPTED_EXIT_CODE` by itself (a notice file
 from the monitor) is requeued too; a step that finished (exit code 0) is never requeued or cancelled.
+
+The GPU monitor (unless its source is ``off``, see :mod:`orchestrator.backends.monitoring`) runs once
+per node, started in the background by the node's step wrapper beside the launcher: it writes
+``monitor-summary-<node>.jsonl`` in the job folder and its output to ``monitor-<node>.log``. When the
+launcher ends the wrapper stops it (TERM, then KILL after 5 s) and exits with the launcher's code, so
+a monitor that is missing, dies or hangs never fails or holds up the step.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from pathlib import Path
 
 from orchestrator import contract
 from orchestrator.backends.base import LaunchRequest
+from orchestrator.backends.monitoring import SUMMARY_PREFIX, MonitorSettings
 from orchestrator.backends.slurm.config import SlurmClusterConfig
 from orchestrator.errors import UserError
 from orchestrator.spec import parse_duration
@@ -173,8 +180,53 @@ exit "$rc"
 """
 
 
-def render_batch_job(request: LaunchRequest, config: SlurmClusterConfig) -> BatchJob:
+_NODE_WITH_MONITOR = """\
+export {node_id_var}="$GPUCTL_JOB_ID-$SLURMD_NODENAME"
+trap : TERM
+"$@" &
+trainer=$!
+{monitor} --summary-file={summary}"$SLURMD_NODENAME".jsonl --notify-pid="$trainer" \
+    </dev/null >>{log}"$SLURMD_NODENAME".log 2>&1 &
+monitor=$!
+while :; do
+    wait "$trainer"
+    rc=$?
+    kill -0 "$trainer" 2>/dev/null || break
+done
+kill -TERM "$monitor" 2>/dev/null
+for _ in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25; do
+    kill -0 "$monitor" 2>/dev/null || break
+    sleep 0.2
+done
+kill -KILL "$monitor" 2>/dev/null
+wait "$monitor" 2>/dev/null
+if [[ $? -eq 3 ]]; then
+    echo "gpuctl: GPU monitor: no NVML on $SLURMD_NODENAME; utilization not measured" >&2
+fi
+exit "$rc"
+"""
+
+
+def node_wrapper(request: LaunchRequest, monitor: MonitorSettings) -> str:
+    """The ``bash -c`` script each node's task runs (the launcher command line is its ``$@``)."""
+    if not monitor.enabled:
+        return f'export {contract.ENV_NODE_ID}="$GPUCTL_JOB_ID-$SLURMD_NODENAME"; exec "$@"'
+    q = shlex.quote
+    command = [*monitor.command, *monitor.arguments(request.job_id, "0.0.0.0")]
+    return _NODE_WITH_MONITOR.format(
+        node_id_var=contract.ENV_NODE_ID,
+        monitor=" ".join(q(part) for part in command),
+        summary=q(str(request.job_dir / SUMMARY_PREFIX)),
+        log=q(str(request.job_dir / "monitor-")),
+    )
+
+
+def render_batch_job(
+    request: LaunchRequest, config: SlurmClusterConfig, monitor: MonitorSettings | None = None
+) -> BatchJob:
+    """``monitor`` defaults to :meth:`MonitorSettings.from_env` (``GPUCTL_MONITOR_*``)."""
     spec, q = request.spec, shlex.quote
+    monitor = monitor if monitor is not None else MonitorSettings.from_env()
     options = sbatch_options(request, config)
     out = output_path(request.job_dir, request.attempt)
     lines = ["#!/bin/bash", *(f"#SBATCH {opt}" for opt in options)]
@@ -196,7 +248,7 @@ def render_batch_job(request: LaunchRequest, config: SlurmClusterConfig) -> Batc
     ]
     if spec.setup:
         lines.append(f"srun bash -c {q(spec.setup)} || exit $?")
-    node_id = f'export {contract.ENV_NODE_ID}="$GPUCTL_JOB_ID-$SLURMD_NODENAME"; exec "$@"'
+    node_id = node_wrapper(request, monitor)
     launcher = " ".join(q(part) for part in config.launcher)
     torchrun_args = [
         '--nnodes="$SLURM_JOB_NUM_NODES"',

@@ -1,0 +1,297 @@
+"""Measured GPU use: the monitors' window summaries, stored in the job store, and their aggregate.
+
+Each node's monitor appends JSON lines to ``$GPUCTL_HOME/jobs/JOB/monitor-summary*.jsonl`` (format in
+docs/monitor.md). :meth:`UsageStore.ingest` reads what is new in those files (it remembers a byte
+offset per file, and leaves a partial last line for next time) and stores the windows and the file's
+new offset in one transaction, keyed by (job, file, line offset): a controller that crashes and reads
+again stores nothing twice. An ``unavailable`` line (the monitor found no NVML) becomes one
+``gpu_monitor`` event per job.
+
+The aggregate weights each window by its GPU-samples. ``util_p95_pct`` is approximate: the
+sample-weighted 95th percentile of the windows' p95 values (raw samples are not kept).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import sqlite3
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from orchestrator.state.store import JobStore, StoreWrites
+
+log = logging.getLogger(__name__)
+
+WINDOW_KIND = "gpuctl.monitor.window"
+UNAVAILABLE_KIND = "gpuctl.monitor.unavailable"
+SUMMARY_GLOB = "monitor-summary*.jsonl"
+EVENT_KIND = "gpu_monitor"
+NO_NVML_MESSAGE = "GPU monitor: no NVML on this machine; utilization not measured"
+
+_TABLES = (
+    """CREATE TABLE IF NOT EXISTS gpu_usage_windows (
+        job_id TEXT NOT NULL, source TEXT NOT NULL, line_offset INTEGER NOT NULL,
+        start REAL NOT NULL, end REAL NOT NULL, duration_s REAL NOT NULL, gpus INTEGER NOT NULL,
+        model TEXT NOT NULL, samples INTEGER NOT NULL, util_mean_pct REAL NOT NULL,
+        util_p95_pct REAL NOT NULL, util_max_pct REAL NOT NULL, mem_used_max_bytes INTEGER NOT NULL,
+        mem_total_bytes INTEGER NOT NULL, sm_activity_mean REAL, idle_seconds REAL NOT NULL,
+        record_json TEXT NOT NULL, PRIMARY KEY (job_id, source, line_offset))""",
+    """CREATE TABLE IF NOT EXISTS gpu_usage_files (
+        job_id TEXT NOT NULL, source TEXT NOT NULL, offset INTEGER NOT NULL, PRIMARY KEY (job_id, source))""",
+)
+_created: set[Path] = set()
+
+
+@dataclass(frozen=True)
+class GpuUsage:
+    """What the monitors measured for one job, over all its nodes and attempts."""
+
+    windows: int
+    samples: int
+    """GPU-samples (one per GPU per tick)."""
+    model: str
+    monitors: int
+    """Summary files (one per node, or per node and attempt) that had windows."""
+    util_mean_pct: float
+    util_p95_pct: float
+    util_max_pct: float
+    mem_peak_bytes: int
+    mem_total_bytes: int
+    mem_peak_fraction: float
+    sm_activity_mean: float | None
+    idle_gpu_hours: float
+    measured_gpu_hours: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class _Window:
+    source: str
+    start: float
+    duration_s: float
+    gpus: int
+    model: str
+    samples: int
+    util_mean_pct: float
+    util_p95_pct: float
+    util_max_pct: float
+    mem_used_max_bytes: int
+    mem_total_bytes: int
+    sm_activity_mean: float | None
+    idle_seconds: float
+
+
+def _window(source: str, record: dict[str, Any]) -> _Window:
+    per_gpu = record.get("per_gpu") or []
+    samples = sum(int(g.get("samples", 0)) for g in per_gpu) or int(record.get("gpus", 1))
+    sm = record.get("sm_activity_mean")
+    return _Window(
+        source=source,
+        start=float(record["start"]),
+        duration_s=float(record["duration_s"]),
+        gpus=int(record["gpus"]),
+        model=str(record.get("model", "")),
+        samples=samples,
+        util_mean_pct=float(record["util_mean_pct"]),
+        util_p95_pct=float(record["util_p95_pct"]),
+        util_max_pct=float(record["util_max_pct"]),
+        mem_used_max_bytes=int(record["mem_used_max_bytes"]),
+        mem_total_bytes=int(record["mem_total_bytes"]),
+        sm_activity_mean=None if sm is None else float(sm),
+        idle_seconds=float(record["idle_seconds"]),
+    )
+
+
+def _weighted_p95(values: list[tuple[float, int]]) -> float:
+    ordered = sorted(values)
+    total = sum(weight for _, weight in ordered)
+    rank = max(math.ceil(0.95 * total), 1)
+    seen = 0
+    for value, weight in ordered:
+        seen += weight
+        if seen >= rank:
+            return value
+    return ordered[-1][0]
+
+
+def aggregate(windows: list[_Window]) -> GpuUsage | None:
+    if not windows:
+        return None
+    samples = sum(w.samples for w in windows)
+    with_sm = [w for w in windows if w.sm_activity_mean is not None]
+    sm_samples = sum(w.samples for w in with_sm)
+    peak = max(windows, key=lambda w: w.mem_used_max_bytes / w.mem_total_bytes if w.mem_total_bytes else 0.0)
+    return GpuUsage(
+        windows=len(windows),
+        samples=samples,
+        model=peak.model,
+        monitors=len({w.source for w in windows}),
+        util_mean_pct=round(sum(w.util_mean_pct * w.samples for w in windows) / samples, 3),
+        util_p95_pct=_weighted_p95([(w.util_p95_pct, w.samples) for w in windows]),
+        util_max_pct=max(w.util_max_pct for w in windows),
+        mem_peak_bytes=max(w.mem_used_max_bytes for w in windows),
+        mem_total_bytes=peak.mem_total_bytes,
+        mem_peak_fraction=round(peak.mem_used_max_bytes / peak.mem_total_bytes, 4)
+        if peak.mem_total_bytes
+        else 0.0,
+        sm_activity_mean=(
+            round(
+                sum(w.sm_activity_mean * w.samples for w in with_sm if w.sm_activity_mean is not None)
+                / sm_samples,
+                4,
+            )
+            if sm_samples
+            else None
+        ),
+        idle_gpu_hours=round(sum(w.idle_seconds for w in windows) / 3600.0, 6),
+        measured_gpu_hours=round(sum(w.duration_s * w.gpus for w in windows) / 3600.0, 6),
+    )
+
+
+def usage_from_files(job_dir: Path) -> GpuUsage | None:
+    """The aggregate straight from a job folder's summary files (when nothing is stored)."""
+    windows = []
+    for file in sorted(job_dir.glob(SUMMARY_GLOB)):
+        for _, record in _complete_lines(file.read_bytes(), 0):
+            if record is not None and record.get("kind") == WINDOW_KIND:
+                windows.append(_window(file.name, record))
+    return aggregate(windows)
+
+
+def _complete_lines(data: bytes, base: int) -> list[tuple[int, dict[str, Any] | None]]:
+    """(offset, record) of each complete line of ``data`` (read from byte ``base``); None for a bad line."""
+    lines: list[tuple[int, dict[str, Any] | None]] = []
+    position = 0
+    while True:
+        end = data.find(b"\n", position)
+        if end < 0:
+            return lines
+        text = data[position:end].strip()
+        if text:
+            try:
+                record = json.loads(text)
+                lines.append((base + position, record if isinstance(record, dict) else None))
+            except ValueError:
+                lines.append((base + position, None))
+        position = end + 1
+
+
+class UsageStore:
+    """The stored windows of the job store's jobs."""
+
+    def __init__(self, store: JobStore) -> None:
+        self.store = store
+        if store.path not in _created:
+            with store.transaction() as conn:
+                for sql in _TABLES:
+                    conn.execute(sql)
+            _created.add(store.path)
+
+    def offsets(self, job_id: str) -> dict[str, int]:
+        rows = self.store._query("SELECT source, offset FROM gpu_usage_files WHERE job_id = ?", (job_id,))
+        return {r["source"]: int(r["offset"]) for r in rows}
+
+    def ingest(self, job_id: str, now: datetime | None = None) -> int:
+        """Store the complete lines added to the job's summary files since last time; returns how many
+        windows were new. Never raises for a bad file: it is logged and skipped."""
+        job_dir = self.store.home / "jobs" / job_id
+        if not job_dir.is_dir():
+            return 0
+        stored = 0
+        offsets = self.offsets(job_id)
+        for file in sorted(job_dir.glob(SUMMARY_GLOB)):
+            try:
+                stored += self._ingest_file(job_id, file, offsets.get(file.name, 0), now or datetime.now(UTC))
+            except (OSError, KeyError, TypeError, ValueError) as exc:
+                log.warning("job %s: cannot read GPU monitor summaries %s: %s", job_id, file, exc)
+        return stored
+
+    def _ingest_file(self, job_id: str, file: Path, offset: int, now: datetime) -> int:
+        with file.open("rb") as handle:
+            handle.seek(offset)
+            data = handle.read()
+        complete = data.rfind(b"\n") + 1  # a partial last line waits for the next call
+        if complete == 0:
+            return 0
+        windows = []
+        notices = []
+        for line_offset, record in _complete_lines(data[:complete], offset):
+            if record is None:
+                log.warning("job %s: %s: skipping a line that is not a JSON object", job_id, file.name)
+            elif record.get("kind") == WINDOW_KIND:
+                windows.append((line_offset, _window(file.name, record), record))
+            elif record.get("kind") == UNAVAILABLE_KIND:
+                notices.append(record)
+        with self.store.transaction() as conn:
+            row = conn.execute(
+                "SELECT offset FROM gpu_usage_files WHERE job_id = ? AND source = ?", (job_id, file.name)
+            ).fetchone()
+            if (int(row["offset"]) if row else 0) != offset:
+                return 0  # another reader got there first; the next call starts from its offset
+            before = conn.total_changes
+            conn.executemany(
+                "INSERT OR IGNORE INTO gpu_usage_windows (job_id, source, line_offset, start, end, duration_s,"
+                " gpus, model, samples, util_mean_pct, util_p95_pct, util_max_pct, mem_used_max_bytes,"
+                " mem_total_bytes, sm_activity_mean, idle_seconds, record_json)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                [
+                    (job_id, w.source, at, w.start, w.start + w.duration_s, w.duration_s, w.gpus, w.model,
+                     w.samples, w.util_mean_pct, w.util_p95_pct, w.util_max_pct, w.mem_used_max_bytes,
+                     w.mem_total_bytes, w.sm_activity_mean, w.idle_seconds, json.dumps(record))
+                    for at, w, record in windows
+                ],
+            )  # fmt: skip
+            added = conn.total_changes - before
+            for record in notices:
+                self._record_unavailable(conn, job_id, record, now)
+            conn.execute(
+                "INSERT INTO gpu_usage_files (job_id, source, offset) VALUES (?,?,?)"
+                " ON CONFLICT (job_id, source) DO UPDATE SET offset = excluded.offset",
+                (job_id, file.name, offset + complete),
+            )
+        return added
+
+    @staticmethod
+    def _record_unavailable(
+        conn: sqlite3.Connection, job_id: str, record: dict[str, Any], now: datetime
+    ) -> None:
+        if record.get("reason") == "no_nvml":
+            message = NO_NVML_MESSAGE
+        else:
+            message = f"GPU monitor: {record.get('message') or 'not running'}; utilization not measured"
+        seen = conn.execute(
+            "SELECT 1 FROM events WHERE job_id = ? AND kind = ? AND message = ?",
+            (job_id, EVENT_KIND, message),
+        ).fetchone()
+        if seen is None:
+            StoreWrites.event(conn, job_id, now, EVENT_KIND, message)
+
+    def windows(self, job_id: str) -> list[dict[str, Any]]:
+        """The stored window summaries of a job, oldest first (as the monitor wrote them)."""
+        rows = self.store._query(
+            "SELECT record_json FROM gpu_usage_windows WHERE job_id = ? ORDER BY start, source", (job_id,)
+        )
+        return [dict(json.loads(r["record_json"])) for r in rows]
+
+    def idle_gpu_hours(self) -> dict[str, float]:
+        """Idle GPU-hours of every job with stored windows."""
+        rows = self.store._query(
+            "SELECT job_id, SUM(idle_seconds) AS idle FROM gpu_usage_windows GROUP BY job_id"
+        )
+        return {r["job_id"]: float(r["idle"]) / 3600.0 for r in rows}
+
+    def usage(self, job_id: str) -> GpuUsage | None:
+        """The aggregate of the stored windows; None when nothing was measured."""
+        rows = self.store._query(
+            "SELECT source, start, duration_s, gpus, model, samples, util_mean_pct, util_p95_pct, util_max_pct,"
+            " mem_used_max_bytes, mem_total_bytes, sm_activity_mean, idle_seconds"
+            " FROM gpu_usage_windows WHERE job_id = ?",
+            (job_id,),
+        )
+        return aggregate([_Window(**dict(r)) for r in rows])
