@@ -17,7 +17,9 @@ def _run(*cmd: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_ruff_is_clean() -> None:
-    proc = _run(sys.executable, "-m", "ruff", "check", "orchestrator", "operators", "tests", "benchmarks", "examples")
+    proc = _run(
+        sys.executable, "-m", "ruff", "check", "orchestrator", "operators", "tests", "benchmarks", "examples"
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 

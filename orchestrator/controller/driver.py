@@ -30,7 +30,7 @@ from orchestrator.controller.actions import (
     Transition,
 )
 from orchestrator.controller.market_choice import MarketView, ZoneMarket, changeover_hours
-from orchestrator.controller.measurements import gpu_measurements
+from orchestrator.controller.measurements import gpu_measurements, monitor_usage
 from orchestrator.controller.placement import Candidates, zone_candidates
 from orchestrator.controller.reconcile import JobView, reconcile
 from orchestrator.policies import GpuMeasurement, ZoneHistory
@@ -111,7 +111,7 @@ class Driver:
         placing = job.status in (JobStatus.PLACING, JobStatus.RECOVERING, JobStatus.RESCALING)
         measurements: tuple[GpuMeasurement, ...] = ()
         if placing and spec.policies.right_size is not RightSizeMode.OFF:
-            measurements = gpu_measurements(self.store, job, now)
+            measurements = gpu_measurements(self.store, job, now, monitor_usage(self.store))
         zone = placement.zone if placement else (market.zones[0].zone if market.zones else "")
         capacity = {z.zone: z.capacity for z in market.zones}
         return JobView(

@@ -17,6 +17,7 @@ from orchestrator.backends.progress import read_step_times
 from orchestrator.policies import GpuMeasurement
 from orchestrator.state.records import JobRecord, SegmentRecord
 from orchestrator.state.store import JobStore
+from orchestrator.state.usage import UsageStore
 
 MIN_MEASURED_S = 10.0
 """Segments shorter than this (of steady progress) say too little to size a job."""
@@ -47,6 +48,19 @@ def segment_throughput(
     return {
         gpu: (steps_done[gpu] / work[gpu], seconds[gpu]) for gpu in work if seconds[gpu] >= MIN_MEASURED_S
     }
+
+
+def monitor_usage(store: JobStore) -> UsageReader:
+    """Peak memory (GiB per GPU) and mean utilization from the job's stored monitor windows."""
+    usage_store = UsageStore(store)
+
+    def read(job_id: str) -> tuple[float | None, float | None]:
+        usage = usage_store.usage(job_id)
+        if usage is None:
+            return None, None
+        return usage.mem_peak_bytes / 2**30, usage.util_mean_pct / 100.0
+
+    return read
 
 
 def gpu_measurements(

@@ -23,5 +23,7 @@ def test_backend_matches_the_protocol(backend: type, method: str) -> None:
 
 
 def test_protocol_lists_every_method() -> None:
-    declared = [name for name, _ in inspect.getmembers(Backend, inspect.isfunction) if not name.startswith("_")]
+    declared = [
+        name for name, _ in inspect.getmembers(Backend, inspect.isfunction) if not name.startswith("_")
+    ]
     assert sorted(declared) == sorted(PROTOCOL_METHODS)

@@ -24,7 +24,9 @@ VERBS = {"list", "watch", "get", "create", "patch", "update", "delete"}
 async def kubeconfig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Path]:
     emulator = kmock.KubernetesEmulator()
     emulator.resources["v1/pods"] = kmock.ResourceInfo(kind="Pod", namespaced=True, verbs=VERBS)
-    emulator.resources["gpuctl.dev/v1alpha1/gpujobs"] = kmock.ResourceInfo(kind="GPUJob", namespaced=True, verbs=VERBS)
+    emulator.resources["gpuctl.dev/v1alpha1/gpujobs"] = kmock.ResourceInfo(
+        kind="GPUJob", namespaced=True, verbs=VERBS
+    )
     async with emulator, kmock.Server(emulator) as server:
         path = tmp_path / "kubeconfig"
         path.write_text(
@@ -48,7 +50,9 @@ async def test_gpujob_lifecycle_through_the_cli(
     kubeconfig: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     job = tmp_path / "job.yaml"
-    job.write_text("name: trainer\ncommand: train.py\nresources: {gpu_types: [H100], gpus_per_node: 8, nodes: 2}\n")
+    job.write_text(
+        "name: trainer\ncommand: train.py\nresources: {gpu_types: [H100], gpus_per_node: 8, nodes: 2}\n"
+    )
     k = ("--backend", "kubernetes", "--namespace", "ml")
     code, out = await asyncio.to_thread(_cli, capsys, "submit", str(job), *k, "--detach")
     assert code == 0 and "gpujob/trainer created in namespace ml" in out

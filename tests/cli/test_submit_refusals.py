@@ -21,7 +21,11 @@ market: {mode: on-demand}
     [
         ("goals: {budget_usd: 100, compute_hours: 10}\n", None, "above its budget_usd $100.00"),
         ("market: {mode: on-demand, max_hourly_usd: 20}\n", None, "above its max_hourly_usd $20.00/h"),
-        ("", "budgets: {teams: {default: 50}}\n", "team 'default' has $50.00 left of its $50.00 monthly budget"),
+        (
+            "",
+            "budgets: {teams: {default: 50}}\n",
+            "team 'default' has $50.00 left of its $50.00 monthly budget",
+        ),
         ("resources: {gpu_types: [Z900]}\n", None, "unknown GPU type 'Z900'"),
     ],
 )

@@ -11,12 +11,13 @@ from orchestrator.backends.base import Placement, Progress
 from orchestrator.catalog.offers import MarketKind
 from orchestrator.controller.actions import RightSize, StartAttempt
 from orchestrator.controller.driver import placement_to_dict
-from orchestrator.controller.measurements import gpu_measurements
+from orchestrator.controller.measurements import gpu_measurements, monitor_usage
 from orchestrator.controller.reconcile import JobView, reconcile
 from orchestrator.policies import GpuMeasurement
 from orchestrator.spec import load_spec_text
 from orchestrator.state.status import JobStatus
 from orchestrator.state.store import JobStore, StoreWrites
+from orchestrator.state.usage import UsageStore
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 A100 = Placement("A100", MarketKind.SPOT, "aws", "us-east-1", "use1-az1", "p4d", 8, 10.0, 32.0, "test")
@@ -97,3 +98,18 @@ def test_measurements_come_from_runs_of_the_same_job_per_gpu_type(tmp_path: Path
     assert abs(found["A100"].units_per_second_per_gpu - 0.5) < 0.02
     assert abs(found["T4"].units_per_second_per_gpu - 0.6) < 0.02  # two T4 runs, same length: the mean
     assert found["T4"].peak_memory_gib is None  # no monitor data: not measured, not zero
+
+
+def test_memory_and_utilization_come_from_the_stored_monitor_windows(tmp_path: Path) -> None:
+    store = JobStore(tmp_path)
+    job_id = _ran(store, "train", T4, nodes=1, steps_per_s=0.5)
+    window = {
+        "kind": "gpuctl.monitor.window", "start": NOW.timestamp() - 400, "duration_s": 60.0, "gpus": 1,
+        "model": "Tesla T4", "util_mean_pct": 35.0, "util_p95_pct": 50.0, "util_max_pct": 60.0,
+        "mem_used_max_bytes": 6 * 2**30, "mem_total_bytes": 16 * 2**30, "sm_activity_mean": 0.3,
+        "idle_seconds": 0.0, "per_gpu": [{"samples": 60}],
+    }  # fmt: skip
+    (store.job_dir(job_id) / "monitor-summary-n0.jsonl").write_text(json.dumps(window) + "\n")
+    UsageStore(store).ingest(job_id, NOW)
+    (found,) = gpu_measurements(store, store.job(job_id), NOW, monitor_usage(store))
+    assert found.gpu_type == "T4" and found.peak_memory_gib == 6.0 and found.utilization == 0.35

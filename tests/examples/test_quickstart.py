@@ -16,12 +16,16 @@ pytestmark = pytest.mark.slow
 QUICKSTART = Path(__file__).resolve().parents[2] / "examples" / "quickstart"
 
 
-def _job(tmp_path: Path, name: str, extra: str = "", nodes: str = "2", steps: int = 80, grace: int = 10) -> Path:
+def _job(
+    tmp_path: Path, name: str, extra: str = "", nodes: str = "2", steps: int = 80, grace: int = 10
+) -> Path:
     text = (QUICKSTART / "job.yaml").read_text()
     text = text.replace("name: quickstart", f"name: {name}")
     text = text.replace("command: train.py --steps 300", f"command: train.py --steps {steps} {extra}")
     text = text.replace("workdir: .", f"workdir: {QUICKSTART}").replace("  nodes: 2", f"  nodes: {nodes}")
-    text = text.replace("every_steps: 50", "every_steps: 10").replace("notice_grace_seconds: 10", f"notice_grace_seconds: {grace}")
+    text = text.replace("every_steps: 50", "every_steps: 10").replace(
+        "notice_grace_seconds: 10", f"notice_grace_seconds: {grace}"
+    )
     path = tmp_path / f"{name}.yaml"
     path.write_text(text)
     return path
@@ -54,7 +58,9 @@ def test_two_preemptions_end_bit_identical_to_an_uninterrupted_run(gpuctl: Gpuct
         for key, tensor in want[part]["state"].items() if part == "optimizer" else want[part].items():
             other = got[part]["state"][key] if part == "optimizer" else got[part][key]
             if isinstance(tensor, dict):
-                assert all(torch.equal(tensor[k], other[k]) for k in tensor if isinstance(tensor[k], torch.Tensor))
+                assert all(
+                    torch.equal(tensor[k], other[k]) for k in tensor if isinstance(tensor[k], torch.Tensor)
+                )
             else:
                 assert torch.equal(tensor, other), f"{part}/{key} differs"
 

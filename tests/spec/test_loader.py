@@ -15,25 +15,64 @@ from orchestrator.spec import job_spec_json_schema, load_spec_text
 OK = "name: ok\ncommand: train.py\n"
 
 BROKEN = [
-    ("unknown field", "name: a\ncommand: x\ncomand: y\n", "comand (line 3): unknown field. To fix: did you mean 'command'?"),
+    (
+        "unknown field",
+        "name: a\ncommand: x\ncomand: y\n",
+        "comand (line 3): unknown field. To fix: did you mean 'command'?",
+    ),
     ("missing command", "name: a\n", "command: required field is missing. To fix: add 'command:'"),
     ("bad name", "name: My Job\ncommand: x\n", "name (line 1): String should match pattern"),
-    ("wrong type", "name: a\ncommand: x\nresources:\n  gpus_per_node: two\n",
-     "resources.gpus_per_node (line 4): Input should be a valid integer"),
-    ("min above max", "name: a\ncommand: x\nresources:\n  nodes: {min: 3, max: 2}\n",
-     "resources.nodes (line 4): min (3) is above max (2)"),
-    ("zero nodes", "name: a\ncommand: x\nresources: {nodes: 0}\n", "resources.nodes (line 3): nodes must be at least 1"),
-    ("min zero", "name: a\ncommand: x\nresources:\n  nodes: {min: 0, max: 2}\n",
-     "resources.nodes.min (line 4): Input should be greater than or equal to 1. To fix: use a value >= 1"),
-    ("deadline in the past", "name: a\ncommand: x\ngoals:\n  deadline: '2020-01-01T00:00:00Z'\n",
-     "goals.deadline (line 4): '2020-01-01T00:00:00Z' is in the past"),
-    ("deadline gibberish", "name: a\ncommand: x\ngoals: {deadline: soon}\n", "goals.deadline (line 3): 'soon' is neither a duration"),
-    ("bad market mode", "name: a\ncommand: x\nmarket: {mode: cheap}\n",
-     "market.mode (line 3): Input should be 'spot', 'on-demand' or 'spot-with-fallback'"),
-    ("negative budget", "name: a\ncommand: x\ngoals: {budget_usd: -5}\n", "goals.budget_usd (line 3): Input should be greater than 0"),
-    ("bad checkpoint interval", "name: a\ncommand: x\ncheckpoint: {every: often}\n", "checkpoint.every (line 3): 'often' is not a duration"),
+    (
+        "wrong type",
+        "name: a\ncommand: x\nresources:\n  gpus_per_node: two\n",
+        "resources.gpus_per_node (line 4): Input should be a valid integer",
+    ),
+    (
+        "min above max",
+        "name: a\ncommand: x\nresources:\n  nodes: {min: 3, max: 2}\n",
+        "resources.nodes (line 4): min (3) is above max (2)",
+    ),
+    (
+        "zero nodes",
+        "name: a\ncommand: x\nresources: {nodes: 0}\n",
+        "resources.nodes (line 3): nodes must be at least 1",
+    ),
+    (
+        "min zero",
+        "name: a\ncommand: x\nresources:\n  nodes: {min: 0, max: 2}\n",
+        "resources.nodes.min (line 4): Input should be greater than or equal to 1. To fix: use a value >= 1",
+    ),
+    (
+        "deadline in the past",
+        "name: a\ncommand: x\ngoals:\n  deadline: '2020-01-01T00:00:00Z'\n",
+        "goals.deadline (line 4): '2020-01-01T00:00:00Z' is in the past",
+    ),
+    (
+        "deadline gibberish",
+        "name: a\ncommand: x\ngoals: {deadline: soon}\n",
+        "goals.deadline (line 3): 'soon' is neither a duration",
+    ),
+    (
+        "bad market mode",
+        "name: a\ncommand: x\nmarket: {mode: cheap}\n",
+        "market.mode (line 3): Input should be 'spot', 'on-demand' or 'spot-with-fallback'",
+    ),
+    (
+        "negative budget",
+        "name: a\ncommand: x\ngoals: {budget_usd: -5}\n",
+        "goals.budget_usd (line 3): Input should be greater than 0",
+    ),
+    (
+        "bad checkpoint interval",
+        "name: a\ncommand: x\ncheckpoint: {every: often}\n",
+        "checkpoint.every (line 3): 'often' is not a duration",
+    ),
     ("empty command", "name: a\ncommand: ''\n", "command (line 2): command is empty"),
-    ("bad env name", "name: a\ncommand: x\nenv: {'1X': y}\n", "env (line 3): '1X' is not a valid environment variable name"),
+    (
+        "bad env name",
+        "name: a\ncommand: x\nenv: {'1X': y}\n",
+        "env (line 3): '1X' is not a valid environment variable name",
+    ),
     ("malformed yaml", "name: a\n command: [\n", "malformed YAML (line 2, column 9)"),
     ("not a mapping", "- a\n- b\n", "the file must be one YAML mapping"),
 ]
@@ -58,7 +97,9 @@ def test_valid_spec_fills_defaults() -> None:
 def test_cli_validate_exits_2_without_traceback(tmp_path: Path) -> None:
     bad = tmp_path / "job.yaml"
     bad.write_text("name: a\ncommand: x\nresources: {nodes: {min: 3, max: 1}}\n")
-    proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", "validate", str(bad)], capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", "validate", str(bad)], capture_output=True, text=True
+    )
     assert proc.returncode == 2
     assert "resources.nodes (line 3): min (3) is above max (1)" in proc.stderr
     assert "Traceback" not in proc.stderr

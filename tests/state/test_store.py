@@ -13,7 +13,9 @@ NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 
 
 def _job(store: JobStore) -> str:
-    return store.create_job(name="j", user="u", team="t", backend="local", spec_json="{}", deadline=None, now=NOW).id
+    return store.create_job(
+        name="j", user="u", team="t", backend="local", spec_json="{}", deadline=None, now=NOW
+    ).id
 
 
 def test_transition_writes_status_and_event_together(tmp_path: Path) -> None:
