@@ -97,6 +97,14 @@ class LaunchRequest:
     """Folder for this job's logs and files on the controller's machine."""
 
 
+@dataclass(frozen=True)
+class OwnPlacements:
+    """A backend's own placements for a spec: spot per zone (in preference order) and on-demand."""
+
+    spot_by_zone: Mapping[str, Placement]
+    on_demand: Placement | None
+
+
 class Backend(Protocol):
     """The side effects of running a job. All methods are idempotent where noted."""
 
@@ -110,6 +118,10 @@ class Backend(Protocol):
 
     def observe(self, job_id: str, attempt: int, node_ids: Sequence[str]) -> AttemptObservation:
         """Report each node's phase and the newest training progress."""
+
+    def own_placements(self, spec: JobSpec) -> OwnPlacements | None:
+        """Where the spec may run by this backend's own configuration (a SLURM cluster's partitions
+        and prices); ``None``: the controller searches the public price catalog."""
 
     def spot_capacity(self, job_id: str, zone: str, now: datetime) -> int | None:
         """Spot nodes the market offers this job now in ``zone``; ``None`` means no limit is known."""

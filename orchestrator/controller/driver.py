@@ -158,7 +158,10 @@ class Driver:
             if sized_type is not None:
                 resources = spec.resources.model_copy(update={"gpu_types": [sized_type]})
                 spec = spec.model_copy(update={"resources": resources})
-            self._candidates[key] = zone_candidates(spec, note)
+            own = self.backend.own_placements(spec)
+            self._candidates[key] = (
+                Candidates(dict(own.spot_by_zone), own.on_demand) if own else zone_candidates(spec, note)
+            )
         found = self._candidates[key]
         zones = tuple(
             ZoneMarket(zone, spot, self.backend.spot_capacity(job.id, zone, now))

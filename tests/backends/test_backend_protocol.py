@@ -11,7 +11,7 @@ from orchestrator.backends.kubernetes.backend import KubernetesBackend
 from orchestrator.backends.local.backend import LocalBackend
 from orchestrator.backends.slurm.backend import SlurmBackend
 
-PROTOCOL_METHODS = ["launch", "observe", "spot_capacity", "tick", "stop", "log_paths"]
+PROTOCOL_METHODS = ["launch", "observe", "own_placements", "spot_capacity", "tick", "stop", "log_paths"]
 
 
 @pytest.mark.parametrize("backend", [LocalBackend, SlurmBackend, KubernetesBackend])

@@ -13,12 +13,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from orchestrator.backends.base import AttemptObservation, LaunchRequest, NodeObservation
+from orchestrator.backends.base import AttemptObservation, LaunchRequest, NodeObservation, OwnPlacements
 from orchestrator.backends.kubernetes import client
 from orchestrator.backends.kubernetes.config import KubeConfig
 from orchestrator.backends.kubernetes.manifests import LABEL_ATTEMPT, Owner, build_pod, build_service
 from orchestrator.backends.kubernetes.observe import observe_pods
 from orchestrator.errors import NotFoundError
+from orchestrator.spec import JobSpec
 
 
 def pod_name_for(node_id: str) -> str:
@@ -91,6 +92,9 @@ class KubernetesBackend:
             for nid, o in zip(node_ids, seen, strict=True)
         )
         return AttemptObservation(nodes=observed, progress=None)
+
+    def own_placements(self, spec: JobSpec) -> OwnPlacements | None:
+        return None  # the node provisioner's prices are the public catalog's
 
     def spot_capacity(self, job_id: str, zone: str, now: datetime) -> int | None:
         return None  # the node provisioner decides; Kubernetes does not tell us in advance

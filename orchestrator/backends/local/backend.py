@@ -27,11 +27,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from orchestrator import contract
-from orchestrator.backends.base import AttemptObservation, LaunchRequest, NodeObservation, NodePhase
+from orchestrator.backends.base import (
+    AttemptObservation,
+    LaunchRequest,
+    NodeObservation,
+    NodePhase,
+    OwnPlacements,
+)
 from orchestrator.backends.local.market import SimulatedMarket
 from orchestrator.backends.monitoring import MonitorSettings
 from orchestrator.backends.progress import read_progress
-from orchestrator.spec import parse_duration
+from orchestrator.spec import JobSpec, parse_duration
 from orchestrator.state.store import JobStore
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[3]
@@ -149,6 +155,9 @@ class LocalBackend:
             else:
                 nodes.append(NodeObservation(node_id, NodePhase.STARTING, notice_at=notice_at))
         return AttemptObservation(tuple(nodes), read_progress(self.store.job_dir(job_id) / "progress.jsonl"))
+
+    def own_placements(self, spec: JobSpec) -> OwnPlacements | None:
+        return None  # the public price catalog prices the simulated nodes
 
     def spot_capacity(self, job_id: str, zone: str, now: datetime) -> int | None:
         job = self.store.job(job_id)

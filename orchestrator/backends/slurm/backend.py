@@ -1,8 +1,17 @@
 """SlurmBackend: one sbatch job per attempt; state comes from slurmctld, never from memory.
 
 The job is found again by its name (``gpuctl-<job id>``) and comment (``gpuctl:<job id>:<attempt>``);
-the job's folder by the job's output path. A SLURM requeue (notice, node failure, ``scontrol
-requeue``) is a new attempt: ``GPUCTL_ATTEMPT`` = controller attempt + SLURM restart count.
+the job's folder by the job's output path.
+
+Two modes:
+
+* ``gpuctl sbatch`` (``controller_owned=False``): SLURM owns recovery. A requeue (notice, node
+  failure, ``scontrol requeue``) is a new run of the same SLURM job: ``GPUCTL_ATTEMPT`` = attempt +
+  SLURM restart count.
+* under the controller (``gpuctl submit --backend slurm``): the controller owns recovery, so each
+  attempt is a new sbatch on the partition the market policy picked. A notice ends the run with the
+  "preempted" exit code; a run SLURM requeued by itself is reported PREEMPTED (and cancelled by the
+  controller's stop) so that it never runs beside the next attempt.
 """
 
 from __future__ import annotations
@@ -12,21 +21,23 @@ from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 
+from orchestrator import contract
 from orchestrator.backends.base import (
     AttemptObservation,
     LaunchRequest,
     NodeObservation,
     NodePhase,
-    Placement,
+    OwnPlacements,
 )
 from orchestrator.backends.progress import read_progress
 from orchestrator.backends.slurm import commands
 from orchestrator.backends.slurm.config import SlurmClusterConfig
 from orchestrator.backends.slurm.parse import SlurmJob, map_state
+from orchestrator.backends.slurm.placements import DEFAULT_PARTITION, own_placements
 from orchestrator.backends.slurm.script import BatchJob, progress_path, render_batch_job, slurm_job_name
 from orchestrator.catalog.offers import MarketKind
 from orchestrator.errors import UserError
-from orchestrator.spec import JobSpec, MarketMode
+from orchestrator.spec import JobSpec
 
 
 def jobs_of(job_id: str, jobs: Sequence[SlurmJob]) -> list[SlurmJob]:
@@ -51,9 +62,15 @@ class SlurmBackend:
 
     name = "slurm"
 
-    def __init__(self, config: SlurmClusterConfig | None = None, preflight: bool = True) -> None:
+    def __init__(
+        self,
+        config: SlurmClusterConfig | None = None,
+        preflight: bool = True,
+        controller_owned: bool = False,
+    ) -> None:
         self.config = config or SlurmClusterConfig()
         self.preflight = preflight
+        self.controller_owned = controller_owned
 
     def check_placement(self, gpu_type: str, market: MarketKind) -> None:
         """Clear errors before sbatch: the partition exists and offers the GRES type."""
@@ -75,7 +92,7 @@ class SlurmBackend:
             )
 
     def render(self, request: LaunchRequest) -> BatchJob:
-        return render_batch_job(request, self.config)
+        return render_batch_job(request, self.config, requeue_on_notice=not self.controller_owned)
 
     def launch(self, request: LaunchRequest) -> None:
         """sbatch the attempt unless a job of this attempt is already queued or running."""
@@ -101,14 +118,14 @@ class SlurmBackend:
         if job is None:
             nodes = tuple(NodeObservation(n, NodePhase.LOST) for n in node_ids)
             return AttemptObservation(nodes)
-        mapping = map_state(job)
-        ended = job.end_time if mapping.phase.ended else None
-        running = job.node_count if mapping.phase is NodePhase.RUNNING else len(node_ids)
+        phase = self.phase_of(job)
+        ended = job.end_time if phase.ended else None
+        running = job.node_count if phase is NodePhase.RUNNING else len(node_ids)
         nodes = tuple(
             NodeObservation(
                 node_id,
-                mapping.phase if i < running else NodePhase.STARTING,
-                exit_code=job.exit_code if mapping.phase.ended else None,
+                phase if i < running else NodePhase.STARTING,
+                exit_code=job.exit_code if phase.ended else None,
                 ended_at=ended,
             )
             for i, node_id in enumerate(node_ids)
@@ -116,9 +133,37 @@ class SlurmBackend:
         progress = read_progress(progress_path(Path(job.stdout).parent)) if job.stdout else None
         return AttemptObservation(nodes, progress)
 
+    def phase_of(self, job: SlurmJob) -> NodePhase:
+        """The attempt's phase. Under the controller a run that ended with the "preempted" exit code
+        (a notice) or that SLURM requeued (node failure, ``scontrol requeue``, partition preemption)
+        is PREEMPTED: the controller, not SLURM, starts the next attempt."""
+        phase = map_state(job).phase
+        if not self.controller_owned:
+            return phase
+        if job.restarts > 0 and phase is not NodePhase.SUCCEEDED:
+            return NodePhase.PREEMPTED
+        if job.state == "FAILED" and job.exit_code == contract.PREEMPTED_EXIT_CODE:
+            return NodePhase.PREEMPTED
+        return phase
+
+    def own_placements(self, spec: JobSpec) -> OwnPlacements:
+        """The spot and on-demand partitions of the cluster config, at its prices; with ``preflight``
+        each is checked against the cluster first (so ``gpuctl submit`` refuses a missing partition
+        or GRES type before anything is stored)."""
+        found = own_placements(spec, self.config)
+        if self.preflight:
+            for placement in [*found.spot_by_zone.values(), found.on_demand]:
+                if placement is not None:
+                    self.check_placement(placement.gpu_type, placement.market)
+        return found
+
     def spot_capacity(self, job_id: str, zone: str, now: datetime) -> int | None:
-        partition = self.config.partition(MarketKind.SPOT)
-        return commands.idle_nodes(partition) if partition else None
+        """Nodes of the partition ``zone`` in service (partition up; node not down, drained or
+        failed), busy or not: like a cloud's spot capacity, queueing behind other jobs is SLURM's
+        business. ``None`` for the cluster's unnamed default partition."""
+        if zone == DEFAULT_PARTITION and DEFAULT_PARTITION not in self.config.partitions.values():
+            return None
+        return commands.nodes_in_service(zone)
 
     def tick(
         self, job_id: str, attempt: int, node_ids: Sequence[str], spot: bool, grace_s: float, now: datetime
@@ -152,44 +197,3 @@ class SlurmBackend:
             if job.stdout and Path(job.stdout) not in paths:
                 paths.append(Path(job.stdout))
         return paths
-
-
-def placement_for(spec: JobSpec, config: SlurmClusterConfig) -> Placement:
-    """A SLURM placement without a controller: the first GPU type, spot unless on-demand only."""
-    market = MarketKind.ON_DEMAND if spec.market.mode is MarketMode.ON_DEMAND else MarketKind.SPOT
-    gpu_type = spec.resources.gpu_types[0]
-    partition = config.partition(market)
-    gres = config.gres_type(gpu_type)
-    price = config.price_per_gpu_hour(gres, partition) * spec.resources.gpus_per_node
-    on_demand = config.partition(MarketKind.ON_DEMAND)
-    od_price = config.price_per_gpu_hour(gres, on_demand) * spec.resources.gpus_per_node
-    return Placement(
-        gpu_type=gpu_type,
-        market=market,
-        cloud="slurm",
-        region=partition or "",
-        zone="",
-        instance_type=f"slurm:{partition or 'default'}",
-        gpus_per_node=spec.resources.gpus_per_node,
-        node_price_usd_per_hour=price,
-        on_demand_node_price_usd_per_hour=od_price if on_demand else price,
-        price_source="SLURM cluster config",
-    )
-
-
-def request_for(
-    spec: JobSpec, job_id: str, job_dir: Path, config: SlurmClusterConfig, attempt: int = 1
-) -> LaunchRequest:
-    """The launch request of a job submitted straight to SLURM (``gpuctl sbatch``)."""
-    checkpoint_dir = spec.checkpoint.path or str(job_dir / "checkpoints")
-    return LaunchRequest(
-        job_id=job_id,
-        attempt=attempt,
-        spec=spec,
-        placement=placement_for(spec, config),
-        node_ids=[f"{job_id}-node{i}" for i in range(spec.resources.max_nodes)],
-        min_nodes=spec.resources.min_nodes,
-        max_nodes=spec.resources.max_nodes,
-        checkpoint_dir=checkpoint_dir,
-        job_dir=job_dir,
-    )

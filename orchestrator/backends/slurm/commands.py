@@ -134,6 +134,24 @@ def partitions() -> set[str]:
     return {line.strip() for line in out.splitlines() if line.strip()}
 
 
-def idle_nodes(partition: str) -> int:
-    out = run_slurm(["sinfo", "--noheader", f"--partition={partition}", "--states=idle", "--format=%D"])
-    return sum(int(line) for line in out.split() if line.isdigit())
+_IN_SERVICE = frozenset(
+    {"idle", "mix", "mixed", "alloc", "allocated", "comp", "completing", "plnd", "planned"}
+)
+
+
+def nodes_in_service(partition: str) -> int:
+    """Nodes of ``partition`` that can run jobs now: 0 when the partition is down; a node counts
+    when it is idle, mixed or allocated and responding (``sinfo`` marks a silent node with ``*``)."""
+    out = run_slurm(["sinfo", "--noheader", f"--partition={partition}", "--format=%a|%t|%D"])
+    return sum(
+        int(count) for avail, state, count in _sinfo_rows(out) if avail == "up" and state in _IN_SERVICE
+    )
+
+
+def _sinfo_rows(text: str) -> list[tuple[str, str, str]]:
+    rows = []
+    for line in text.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) == 3 and parts[2].isdigit():
+            rows.append((parts[0], parts[1], parts[2]))
+    return rows

@@ -8,13 +8,15 @@ job step with ``scancel --signal=TERM``, never by killing ``srun`` (that would S
 before they checkpoint):
 
 * USR1 (``--signal=B:USR1@GRACE`` before the time limit, or :meth:`SlurmBackend.notify`): forward,
-  wait for the step, then ``scontrol requeue`` so the job resumes from its checkpoint;
+  wait for the step, then ``scontrol requeue`` so the job resumes from its checkpoint (under the
+  controller, ``requeue_on_notice=False``: exit with the step's "preempted" code instead, and the
+  controller places the next attempt, maybe on the other partition);
 * USR2 (:meth:`SlurmBackend.stop`): forward, wait, then cancel the job (CANCELLED, no requeue);
 * TERM (``scancel``, or SLURM preempting the job, which requeues it by itself under
   ``PreemptMode=REQUEUE``): forward, wait, exit with the step's code.
 
 A step that exits with :data:`~orchestrator.contract.PREEMPTED_EXIT_CODE` by itself (a notice file
-from the monitor) is requeued too; a step that finished (exit code 0) is never requeued or cancelled.
+from the monitor) is handled like USR1; a step that finished (exit code 0) is never requeued or cancelled.
 
 The GPU monitor (unless its source is ``off``, see :mod:`orchestrator.backends.monitoring`) runs once
 per node, started in the background by the node's step wrapper beside the launcher: it writes
@@ -94,14 +96,19 @@ def time_limit(request: LaunchRequest, config: SlurmClusterConfig) -> str:
     return _token(config.time_limit, "time limit")
 
 
-def sbatch_options(request: LaunchRequest, config: SlurmClusterConfig) -> list[str]:
+def sbatch_options(
+    request: LaunchRequest, config: SlurmClusterConfig, exact_nodes: bool = False
+) -> list[str]:
+    """``exact_nodes``: ask for ``len(request.node_ids)`` nodes (the controller chose the count),
+    else ``MIN-MAX`` for an elastic job."""
     spec, placement = request.spec, request.placement
     name = slurm_job_name(_token(request.job_id, "job id"))
-    nodes = (
-        str(request.min_nodes)
-        if request.min_nodes == request.max_nodes
-        else (f"{request.min_nodes}-{request.max_nodes}")
-    )
+    if exact_nodes:
+        nodes = str(len(request.node_ids))
+    elif request.min_nodes == request.max_nodes:
+        nodes = str(request.min_nodes)
+    else:
+        nodes = f"{request.min_nodes}-{request.max_nodes}"
     gres = _token(config.gres_type(placement.gpu_type), "GRES type")
     grace = max(1, math.ceil(spec.checkpoint.notice_grace_seconds))
     options = [
@@ -169,6 +176,10 @@ while :; do
 done
 echo "end $SLURM_JOB_ID ${SLURM_RESTART_COUNT:-0} $(date +%s) $rc $notice" >>"$runs_file"
 if [[ $rc -ne 0 && ( $notice == requeue || ( $rc -eq PREEMPTED && -z $notice ) ) ]]; then
+    if [[ $requeue_on_notice == 0 ]]; then  # torchrun exits 1 whatever its workers' codes were
+        echo "gpuctl: job $SLURM_JOB_ID preempted (notice=${notice:-none}, step exit code $rc)" >&2
+        exit PREEMPTED
+    fi
     echo "gpuctl: requeueing job $SLURM_JOB_ID (notice=${notice:-none}, step exit code $rc)" >&2
     scontrol requeue "$SLURM_JOB_ID"
     exit 0
@@ -222,12 +233,19 @@ def node_wrapper(request: LaunchRequest, monitor: MonitorSettings) -> str:
 
 
 def render_batch_job(
-    request: LaunchRequest, config: SlurmClusterConfig, monitor: MonitorSettings | None = None
+    request: LaunchRequest,
+    config: SlurmClusterConfig,
+    monitor: MonitorSettings | None = None,
+    requeue_on_notice: bool = True,
 ) -> BatchJob:
-    """``monitor`` defaults to :meth:`MonitorSettings.from_env` (``GPUCTL_MONITOR_*``)."""
+    """``monitor`` defaults to :meth:`MonitorSettings.from_env` (``GPUCTL_MONITOR_*``).
+
+    ``requeue_on_notice=False`` is the controller's form: one SLURM job per attempt, asking for
+    exactly the attempt's nodes, ending with the "preempted" exit code on a notice.
+    """
     spec, q = request.spec, shlex.quote
     monitor = monitor if monitor is not None else MonitorSettings.from_env()
-    options = sbatch_options(request, config)
+    options = sbatch_options(request, config, exact_nodes=not requeue_on_notice)
     out = output_path(request.job_dir, request.attempt)
     lines = ["#!/bin/bash", *(f"#SBATCH {opt}" for opt in options)]
     lines += [
@@ -244,6 +262,7 @@ def render_batch_job(
         f"cd {q(str(Path(spec.workdir).absolute()))} || exit 1",
         'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
         f"rdzv_port=$(( {config.rendezvous_port_base} + SLURM_JOB_ID % 10000 ))",
+        f"requeue_on_notice={int(requeue_on_notice)}",
         _STEP_LOOP,
     ]
     if spec.setup:

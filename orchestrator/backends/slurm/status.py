@@ -7,12 +7,13 @@ line per run, so each requeue is one segment) and fall back to the job's own sta
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 from orchestrator.backends.slurm import commands
-from orchestrator.backends.slurm.backend import gpu_type_of
+from orchestrator.backends.slurm.backend import attempt_of, gpu_type_of
 from orchestrator.backends.slurm.config import SlurmClusterConfig
 from orchestrator.backends.slurm.parse import SlurmJob, map_state
 from orchestrator.backends.slurm.script import JOB_NAME_PREFIX, runs_path
@@ -96,7 +97,7 @@ def segments_of(job: SlurmJob, job_id: str, config: SlurmClusterConfig) -> list[
         SegmentRecord(
             id=i + 1,
             job_id=job_id,
-            attempt=run.restart + 1,
+            attempt=(attempt_of(job) or 1) + run.restart,
             gpu_type=gpu_type_of(job) or gpu_names.get(job.gres_type, job.gres_type),
             instance_type=f"slurm:{job.partition}",
             market=str(markets.get(job.partition, job.partition)),
@@ -134,16 +135,23 @@ def find_slurm_job(name_or_id: str) -> SlurmJob:
 
 
 def status_from_slurm(name_or_id: str, config: SlurmClusterConfig | None = None) -> SlurmJobStatus:
+    """The job's state from its newest SLURM job; attempts and segments from all of them (a job the
+    controller ran has one SLURM job per attempt, each maybe requeued)."""
     config = config or SlurmClusterConfig()
-    job = find_slurm_job(name_or_id)
-    job_id = job.name.removeprefix(JOB_NAME_PREFIX)
-    mapping = map_state(job)
+    newest = find_slurm_job(name_or_id)
+    job_id = newest.name.removeprefix(JOB_NAME_PREFIX)
+    runs = [j for j in commands.list_jobs() if j.name == newest.name] or [newest]
+    runs.sort(key=lambda j: j.job_id)
+    mapping = map_state(newest)
+    segments = [seg for run in runs for seg in segments_of(run, job_id, config)]
+    segments = [dataclasses.replace(seg, id=i + 1) for i, seg in enumerate(segments)]
+    attempt = attempt_of(newest)
     return SlurmJobStatus(
-        slurm_job=job,
+        slurm_job=newest,
         job_id=job_id,
         status=mapping.status,
         failure=mapping.failure,
         message=mapping.message,
-        attempts=job.restarts + 1,
-        segments=segments_of(job, job_id, config),
+        attempts=(attempt if attempt is not None else 1) + newest.restarts,
+        segments=segments,
     )

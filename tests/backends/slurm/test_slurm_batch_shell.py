@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.backends.slurm import SlurmClusterConfig, render_batch_job
-from orchestrator.backends.slurm.backend import request_for
+from orchestrator.backends.slurm.placements import request_for
 from orchestrator.spec import load_spec_text
 
 STUBS = {
@@ -21,7 +21,9 @@ STUBS = {
 }
 
 
-def run_batch(tmp_path: Path, send: str, step_rc: int) -> tuple[int, list[str]]:
+def run_batch(
+    tmp_path: Path, send: str, step_rc: int, requeue_on_notice: bool = True
+) -> tuple[int, list[str]]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for name, body in STUBS.items():
@@ -31,7 +33,7 @@ def run_batch(tmp_path: Path, send: str, step_rc: int) -> tuple[int, list[str]]:
     spec = load_spec_text(f"name: t\ncommand: train.py\nworkdir: {tmp_path}\n")
     request = request_for(spec, "t-1", tmp_path / "job", SlurmClusterConfig())
     request.job_dir.mkdir()
-    script = render_batch_job(request, SlurmClusterConfig()).script
+    script = render_batch_job(request, SlurmClusterConfig(), requeue_on_notice=requeue_on_notice).script
     calls = tmp_path / "calls"
     calls.touch()
     env = {
@@ -70,3 +72,22 @@ def test_batch_shell_signals(
     assert code == exit_code
     runs = (tmp_path / "job" / "slurm-runs.log").read_text().split()
     assert runs[:2] == ["start", "42"] and "end" in runs
+
+
+@pytest.mark.parametrize(
+    ("send", "step_rc", "expected_calls", "exit_code"),
+    [
+        ("", 75, [], 75),  # the monitor's notice file: the controller places the next attempt
+        ("USR1", 75, ["scancel --signal=TERM 42"], 75),
+        ("USR1", 1, ["scancel --signal=TERM 42"], 75),  # torchrun's code: the notice decides
+        ("USR1", 0, ["scancel --signal=TERM 42"], 0),
+        ("", 1, [], 1),
+        ("USR2", 75, ["scancel --signal=TERM 42", "scancel 42"], 75),
+    ],
+)
+def test_under_the_controller_a_notice_ends_the_job_with_the_preempted_code(
+    tmp_path: Path, send: str, step_rc: int, expected_calls: list[str], exit_code: int
+) -> None:
+    code, calls = run_batch(tmp_path, send, step_rc, requeue_on_notice=False)
+    assert calls == expected_calls
+    assert code == exit_code

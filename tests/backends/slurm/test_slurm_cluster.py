@@ -14,7 +14,7 @@ import yaml
 
 from orchestrator.backends.base import AttemptObservation, LaunchRequest, NodePhase
 from orchestrator.backends.slurm import SlurmBackend, SlurmClusterConfig, status_from_slurm
-from orchestrator.backends.slurm.backend import request_for
+from orchestrator.backends.slurm.placements import request_for
 from orchestrator.errors import UserError
 from orchestrator.spec import load_spec_text
 from orchestrator.state.status import JobStatus

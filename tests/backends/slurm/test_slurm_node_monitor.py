@@ -16,7 +16,7 @@ import pytest
 from orchestrator.backends.base import LaunchRequest
 from orchestrator.backends.monitoring import MonitorSettings
 from orchestrator.backends.slurm import SlurmClusterConfig, render_batch_job
-from orchestrator.backends.slurm.backend import request_for
+from orchestrator.backends.slurm.placements import request_for
 from orchestrator.backends.slurm.script import node_wrapper
 from orchestrator.monitor.summary import UNAVAILABLE_KIND, read_summaries
 from orchestrator.spec import load_spec_text

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from orchestrator.backends.slurm import SlurmClusterConfig, load_cluster_config, render_batch_job
-from orchestrator.backends.slurm.backend import placement_for, request_for
+from orchestrator.backends.slurm.placements import placement_for, request_for
 from orchestrator.backends.slurm.script import format_time_limit
 from orchestrator.catalog.offers import MarketKind
 from orchestrator.cli.main import main
