@@ -19,10 +19,12 @@ from orchestrator.backends.base import Backend
 from orchestrator.backends.local.backend import LocalBackend
 from orchestrator.backends.local.market import SimulatedMarket, parse_schedule, preemption_schedule
 from orchestrator.backends.progress import read_progress
-from orchestrator.cli import kube_jobs
+from orchestrator.backends.slurm import SlurmBackend, load_cluster_config
+from orchestrator.backends.slurm.config import CONFIG_ENV as SLURM_CONFIG_ENV
+from orchestrator.cli import kube_jobs, slurm_cmd
 from orchestrator.cli.views import job_document, live_table, summary_lines
 from orchestrator.controller.loop import Controller, ControllerLock, spawn_background_controller
-from orchestrator.controller.placement import placement_candidates
+from orchestrator.controller.placement import Candidates, zone_candidates
 from orchestrator.costs.budgets import CostConfig, check_submission, load_cost_config, team_month_spent
 from orchestrator.errors import UserError
 from orchestrator.policies import market_policy
@@ -30,8 +32,8 @@ from orchestrator.spec import JobSpec, MarketMode, load_spec_file, parse_deadlin
 from orchestrator.state.store import JobStore
 from orchestrator.state.usage import UsageStore
 
-BACKENDS = ["local"]
-"""Backends the controller of this process drives."""
+BACKENDS = ["local", "slurm"]
+"""Backends a gpuctl controller drives (on SLURM it runs on a login node)."""
 SUBMIT_BACKENDS = [*BACKENDS, "kubernetes"]
 """Kubernetes jobs are driven by the in-cluster operator; the CLI only talks to the API server."""
 
@@ -39,6 +41,8 @@ SUBMIT_BACKENDS = [*BACKENDS, "kubernetes"]
 def make_backend(name: str, store: JobStore) -> Backend:
     if name == "local":
         return LocalBackend(store)
+    if name == "slurm":  # the cluster config from $GPUCTL_SLURM_CONFIG or $GPUCTL_HOME/slurm.yaml
+        return SlurmBackend(load_cluster_config(), controller_owned=True)
     raise UserError(f"unknown backend '{name}'", f"use one of {', '.join(BACKENDS)}")
 
 
@@ -72,9 +76,9 @@ def register(sub: Any) -> None:
     p.add_argument("-o", "--output", choices=["table", "json"], default="table")
     p.set_defaults(run=run_list)
 
-    p = sub.add_parser("status", help="show one job")
+    p = sub.add_parser("status", help="show one job (--backend slurm: ask SLURM, no controller state)")
     _backend_options(p)
-    p.add_argument("job")
+    p.add_argument("job", help="job id or name (--backend slurm: also a SLURM job id)")
     p.add_argument("-o", "--output", choices=["text", "json"], default="text")
     p.set_defaults(run=run_status)
 
@@ -97,6 +101,7 @@ def register(sub: Any) -> None:
     ctl_sub = ctl.add_subparsers(dest="controller_command", metavar="SUBCOMMAND", required=True)
     p = ctl_sub.add_parser("run", help="run the controller in the foreground until stopped")
     p.add_argument("--backend", default="local", choices=BACKENDS)
+    _cluster_config_option(p)
     p.add_argument("--exit-when-idle", action="store_true", help="exit once no job is left to run")
     p.set_defaults(run=run_controller)
 
@@ -105,6 +110,18 @@ def _backend_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", default="local", choices=SUBMIT_BACKENDS)
     p.add_argument("--namespace", default=kube_jobs.default_namespace(),
                    help="Kubernetes namespace (default $GPUCTL_NAMESPACE or 'default')")  # fmt: skip
+    _cluster_config_option(p)
+
+
+def _cluster_config_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cluster-config", metavar="FILE",
+                   help=f"SLURM cluster config (default ${SLURM_CONFIG_ENV} or $GPUCTL_HOME/slurm.yaml)")  # fmt: skip
+
+
+def _use_cluster_config(args: argparse.Namespace) -> None:
+    """``--cluster-config`` goes into the environment, so a controller this process spawns reads it too."""
+    if getattr(args, "cluster_config", None):
+        os.environ[SLURM_CONFIG_ENV] = os.path.abspath(args.cluster_config)
 
 
 def _market_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -139,9 +156,11 @@ def run_submit(args: argparse.Namespace) -> int:
         return kube_jobs.submit(spec, args.namespace, args.detach)
     if spec.market.policy:
         market_policy(spec.market.policy)  # an unknown name fails here, not in the controller
+    _use_cluster_config(args)
     store = JobStore()
+    backend = make_backend(args.backend, store)
     _check_budgets(
-        spec, store, now
+        spec, store, backend, now
     )  # unknown GPU types, impossible zones and budgets fail before anything is stored
     deadline = parse_deadline(spec.goals.deadline, now) if spec.goals.deadline else None
     options: dict[str, Any] = {"market": _market_options(args)}
@@ -152,7 +171,7 @@ def run_submit(args: argparse.Namespace) -> int:
         name=spec.name, user=spec.user, team=spec.team, backend=args.backend, spec_json=spec.model_dump_json(),
         deadline=deadline, now=now, options=options,
     )  # fmt: skip
-    lock = ControllerLock(store.home)
+    lock = ControllerLock(store.home, args.backend)
     if args.detach:
         if not lock.held_elsewhere():
             spawn_background_controller(store.home, args.backend)
@@ -164,7 +183,7 @@ def run_submit(args: argparse.Namespace) -> int:
         return 0
     controller = None
     if lock.acquire():
-        controller = Controller(store, make_backend(args.backend, store))
+        controller = Controller(store, backend)
         controller.start()
     try:
         return _follow(store, job.id, controller)
@@ -174,9 +193,11 @@ def run_submit(args: argparse.Namespace) -> int:
         lock.release()
 
 
-def _check_budgets(spec: JobSpec, store: JobStore, now: datetime) -> None:
+def _check_budgets(spec: JobSpec, store: JobStore, backend: Backend, now: datetime) -> None:
     """Refuse, with the numbers, a job whose first placement breaks a cap, its budget or its team's."""
-    spot, on_demand = placement_candidates(spec)
+    own = backend.own_placements(spec)
+    found = Candidates(dict(own.spot_by_zone), own.on_demand) if own else zone_candidates(spec)
+    spot, on_demand = found.cheapest_spot, found.on_demand
     first = spot if spot is not None and spec.market.mode is not MarketMode.ON_DEMAND else on_demand
     if first is None:
         return
@@ -232,6 +253,9 @@ def run_list(args: argparse.Namespace) -> int:
 def run_status(args: argparse.Namespace) -> int:
     if args.backend == "kubernetes":
         return kube_jobs.status(args.job, args.namespace, args.output)
+    if args.backend == "slurm":
+        _use_cluster_config(args)
+        return slurm_cmd.status(args.job, load_cluster_config(), args.output)
     store = JobStore()
     doc = _document(store, store.job(args.job).id)
     if args.output == "json":
@@ -281,7 +305,8 @@ def run_cancel(args: argparse.Namespace) -> int:
         print(f"job {job.id} already ended ({job.status})")
         return 0
     store.request_cancel(job.id, datetime.now(UTC))
-    lock = ControllerLock(store.home)
+    _use_cluster_config(args)
+    lock = ControllerLock(store.home, job.backend)
     if lock.acquire():  # no controller running: apply the cancel ourselves
         try:
             Controller(store, make_backend(job.backend, store)).driver.tick(job.id)
@@ -292,11 +317,12 @@ def run_cancel(args: argparse.Namespace) -> int:
 
 
 def run_controller(args: argparse.Namespace) -> int:
+    _use_cluster_config(args)
     store = JobStore()
-    lock = ControllerLock(store.home)
+    lock = ControllerLock(store.home, args.backend)
     if not lock.acquire():
         raise UserError(
-            f"another gpuctl controller is already running for {store.home}",
+            f"another gpuctl controller of the {args.backend} backend is already running for {store.home}",
             "stop it first, or use a different GPUCTL_HOME",
         )
     controller = Controller(store, make_backend(args.backend, store))

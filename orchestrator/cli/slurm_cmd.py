@@ -1,16 +1,22 @@
-"""`gpuctl sbatch job.yaml [--dry-run]` and `gpuctl slurm-status JOB`: SLURM without a controller."""
+"""`gpuctl sbatch job.yaml [--dry-run]`, and `gpuctl status JOB --backend slurm`: SLURM without a controller."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from orchestrator.backends.slurm import SlurmBackend, load_cluster_config, status_from_slurm
-from orchestrator.backends.slurm.backend import request_for
+from orchestrator.backends.slurm import (
+    SlurmBackend,
+    SlurmClusterConfig,
+    load_cluster_config,
+    status_from_slurm,
+)
+from orchestrator.backends.slurm.placements import request_for
 from orchestrator.spec import load_spec_file
 
 
@@ -27,11 +33,6 @@ def register(sub: Any) -> None:
         "--job-dir", default=None, help="folder for logs and checkpoints (default under GPUCTL_HOME)"
     )
     sbatch.set_defaults(run=run_sbatch)
-
-    status = sub.add_parser("slurm-status", help="state, attempts and cost of a job submitted with sbatch")
-    status.add_argument("job", help="job name, gpuctl job id or SLURM job id")
-    status.add_argument("--cluster-config", default=None, help="SLURM cluster config YAML (for prices)")
-    status.set_defaults(run=run_slurm_status)
 
 
 def run_sbatch(args: argparse.Namespace) -> int:
@@ -59,21 +60,49 @@ def run_sbatch(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_slurm_status(args: argparse.Namespace) -> int:
-    status = status_from_slurm(args.job, load_cluster_config(args.cluster_config))
+def status(name_or_id: str, config: SlurmClusterConfig, output: str = "text") -> int:
+    """``gpuctl status JOB --backend slurm``: what SLURM says now, no controller state needed."""
+    found = status_from_slurm(name_or_id, config)
     now = datetime.now(UTC)
-    job = status.slurm_job
-    failure = f" ({status.failure})" if status.failure else ""
-    print(f"{status.job_id}: {status.status}{failure} - {status.message}")
-    print(f"  attempts: {status.attempts}  partition: {job.partition}  nodes: {job.nodes or '-'}")
-    for seg in status.segments:
+    job = found.slurm_job
+    if output == "json":
+        doc = {
+            "id": found.job_id,
+            "state": str(found.status),
+            "failure": str(found.failure) if found.failure else None,
+            "message": found.message,
+            "attempts": found.attempts,
+            "slurm_job_id": job.job_id,
+            "partition": job.partition,
+            "nodes": job.nodes,
+            "segments": [
+                {
+                    "attempt": s.attempt,
+                    "nodes": s.nodes,
+                    "gpu_type": s.gpu_type,
+                    "market": s.market,
+                    "started_at": s.started_at.isoformat(),
+                    "ended_at": s.ended_at.isoformat() if s.ended_at else None,
+                    "cost_usd": round(s.cost_usd(now), 6),
+                }
+                for s in found.segments
+            ],
+            "cost_usd": round(found.cost_usd(now), 6),
+            "log": job.stdout or None,
+        }
+        print(json.dumps(doc, indent=2))
+        return 0
+    failure = f" ({found.failure})" if found.failure else ""
+    print(f"{found.job_id}: {found.status}{failure} - {found.message}")
+    print(f"  attempts: {found.attempts}  partition: {job.partition}  nodes: {job.nodes or '-'}")
+    for seg in found.segments:
         end = f"{seg.ended_at:%H:%M:%S}" if seg.ended_at else "now"
         print(
-            f"  segment {seg.id}: attempt {seg.attempt}, "
+            f"  segment {seg.id}: attempt {seg.attempt}, {seg.market}, "
             f"{seg.nodes} node(s) x {seg.gpus_per_node} {seg.gpu_type}, "
             f"{seg.started_at:%H:%M:%S}-{end}, ${seg.cost_usd(now):.4f}"
         )
-    print(f"  cost: ${status.cost_usd(now):.4f}")
+    print(f"  cost: ${found.cost_usd(now):.4f}")
     if job.stdout:
         print(f"  log: {job.stdout}")
     return 0

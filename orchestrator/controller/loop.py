@@ -1,7 +1,9 @@
 """The controller process: ticks every unfinished job on an APScheduler interval.
 
-One controller per gpuctl home holds ``controller.lock`` (an exclusive ``flock``). ``gpuctl submit``
-runs one in the foreground when none is running; ``gpuctl controller run`` is the background form.
+One controller per gpuctl home and backend holds its lock (an exclusive ``flock`` on
+``controller.lock`` for the local backend, ``controller-<backend>.lock`` for others). ``gpuctl
+submit`` runs one in the foreground when none is running; ``gpuctl controller run`` is the
+background form (on a SLURM login node, ``gpuctl controller run --backend slurm``).
 The lock dies with the process, so a controller killed with -9 is replaced by simply starting another.
 """
 
@@ -38,8 +40,8 @@ KEEP_TICKING_AFTER_END = timedelta(minutes=2)
 
 
 class ControllerLock:
-    def __init__(self, home: Path) -> None:
-        self.path = home / "controller.lock"
+    def __init__(self, home: Path, backend: str = "local") -> None:
+        self.path = home / ("controller.lock" if backend == "local" else f"controller-{backend}.lock")
         self._fh: IO[str] | None = None
 
     def acquire(self) -> bool:
@@ -128,7 +130,7 @@ class Controller:
 
 def spawn_background_controller(home: Path, backend: str) -> int:
     """Start ``gpuctl controller run`` detached from this terminal; returns its PID."""
-    log_file = open(home / "controller.log", "ab")  # noqa: SIM115 - handed to the child
+    log_file = open(home / ("controller.log" if backend == "local" else f"controller-{backend}.log"), "ab")  # noqa: SIM115 - handed to the child
     proc = subprocess.Popen(
         [sys.executable, "-m", "orchestrator.cli", "controller", "run", "--backend", backend, "--exit-when-idle"],
         env={**os.environ, "GPUCTL_HOME": str(home)}, start_new_session=True,

@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import torch
@@ -20,6 +21,10 @@ import torch.distributed as dist
 
 PREEMPTED_EXIT_CODE = 75
 notice = False
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat()
 
 
 def on_notice(signum: int, frame: object) -> None:
@@ -81,14 +86,14 @@ def main() -> int:
                 fh.write(f"step {step} attempt {attempt}\n")
             if progress:
                 with open(progress, "a") as fh:
-                    fh.write(
-                        json.dumps({"step": step, "total_steps": args.steps, "loss": loss.item()}) + "\n"
-                    )
+                    line = {"time": now(), "step": step, "total_steps": args.steps, "loss": loss.item()}
+                    fh.write(json.dumps(line) + "\n")
         if step % every == 0:
             save()
     if rank == 0 and progress:
         with open(progress, "a") as fh:
-            fh.write(json.dumps({"step": step, "total_steps": args.steps, "event": "finished"}) + "\n")
+            line = {"time": now(), "step": step, "total_steps": args.steps, "event": "finished"}
+            fh.write(json.dumps(line) + "\n")
     dist.destroy_process_group()
     return 0
 
