@@ -234,3 +234,40 @@ def test_submit_refuses_a_partition_the_cluster_lacks(gpuctl_env: dict[str, str]
     assert done.returncode != 0
     assert "partition 'nope'" in done.stderr and "To fix" in done.stderr
     assert JobStore(Path(gpuctl_env["GPUCTL_HOME"])).list_jobs() == []
+
+
+def test_elastic_job_runs_on_the_nodes_in_service_and_does_not_try_to_grow(
+    gpuctl_env: dict[str, str], tmp_path: Path
+) -> None:
+    job_id = submit(
+        gpuctl_env, tmp_path, "elastic", steps=25,
+        resources={"gpu_types": ["V100"], "gpus_per_node": 2, "nodes": {"min": 1, "max": 2}},
+        policies={"rescale": True},
+    )  # fmt: skip
+    job = wait_for(gpuctl_env, job_id, ended(JobStatus.SUCCEEDED), timeout_s=150)
+    assert job.attempts == 1  # one node in service: no growth restart
+    [segment] = JobStore(Path(gpuctl_env["GPUCTL_HOME"])).segments(job_id)
+    assert segment.nodes == 1
+    [run] = slurm_jobs(job_id)
+    assert run.node_count == 1 and run.state == "COMPLETED"
+
+
+def test_a_killed_controller_is_replaced_without_a_second_sbatch(
+    gpuctl_env: dict[str, str], tmp_path: Path
+) -> None:
+    job_id = submit(gpuctl_env, tmp_path, "crash", steps=40)
+    wait_for(gpuctl_env, job_id, at_step(5, attempt=1))
+    lock = Path(gpuctl_env["GPUCTL_HOME"]) / "controller-slurm.lock"
+    os.kill(int(lock.read_text()), signal.SIGKILL)
+    time.sleep(2)
+    replacement = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator.cli", "controller", "run", "--backend", "slurm", "--exit-when-idle"],
+        env=gpuctl_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        job = wait_for(gpuctl_env, job_id, ended(JobStatus.SUCCEEDED), timeout_s=150)
+    finally:
+        replacement.kill()
+        replacement.wait()
+    assert job.attempts == 1 and len(slurm_jobs(job_id)) == 1
+    assert steps_by_attempt(gpuctl_env, job_id) == {"1": 40}
