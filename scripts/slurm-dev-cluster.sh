@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # A single-node SLURM cluster for development and tests: munge, slurmctld and slurmd run as root
-# with all their config, state, sockets and logs under DIR. No cgroups, no accounting database;
-# four fake GPUs (GRES type "fake") made from character devices.
+# with all their config, state, sockets and logs under DIR. No cgroups; four fake GPUs (GRES type
+# "fake") made from character devices. Accounting (so `sacct` works): slurmdbd with a MariaDB of its
+# own under DIR, when slurmdbd and mariadb-server are installed (SLURM_DEV_ACCOUNTING=0 turns it off).
 #
-#   scripts/slurm-dev-cluster.sh start DIR    install slurm-wlm + munge if missing, write config, start,
+#   scripts/slurm-dev-cluster.sh start DIR    install slurm-wlm, munge, slurmdbd, mariadb-server if
+#                                             missing, write config, start,
 #                                             wait until the node is idle; prints the `export` lines
 #                                             (SLURM_CONF, GPUCTL_SLURM_CONFIG) to use it
 #   scripts/slurm-dev-cluster.sh status DIR   daemons' PIDs and `sinfo`
 #   scripts/slurm-dev-cluster.sh stop DIR     stop the daemons (TERM, then KILL after 5 s)
 #
-# Environment: SLURM_DEV_PORT (slurmctld port, default 16817; slurmd uses the next one).
+# Environment: SLURM_DEV_PORT (slurmctld port, default 16817; slurmd, slurmdbd and MariaDB use the
+# next three).
 # Clients need SLURM_CONF=DIR/etc/slurm.conf.
 set -euo pipefail
 
@@ -23,15 +26,24 @@ export SLURM_CONF=$conf
 
 log() { echo "slurm-dev-cluster: $*" >&2; }
 
+accounting() {
+    [[ ${SLURM_DEV_ACCOUNTING:-1} != 0 ]] && command -v slurmdbd >/dev/null && command -v mariadbd >/dev/null
+}
+
 install_packages() {
-    if command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v sbatch >/dev/null \
-        && command -v munged >/dev/null; then
-        return
+    local need=()
+    command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v sbatch >/dev/null \
+        || need+=(slurm-wlm)
+    command -v munged >/dev/null || need+=(munge)
+    if [[ ${SLURM_DEV_ACCOUNTING:-1} != 0 ]]; then
+        command -v slurmdbd >/dev/null || need+=(slurmdbd)
+        command -v mariadbd >/dev/null || need+=(mariadb-server)
     fi
-    log "installing slurm-wlm and munge (apt-get)"
+    [[ ${#need[@]} -eq 0 ]] && return
+    log "installing ${need[*]} (apt-get)"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
-    apt-get install -y -qq -o DPkg::Lock::Timeout=300 slurm-wlm munge >/dev/null
+    apt-get install -y -qq -o DPkg::Lock::Timeout=300 "${need[@]}" >/dev/null
 }
 
 write_config() {
@@ -81,7 +93,7 @@ MinJobAge=3600
 KillWait=10
 SlurmdTimeout=30
 InactiveLimit=0
-AccountingStorageType=accounting_storage/none
+$(accounting_lines)
 JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/none
 NodeName=$host CPUs=$cpus RealMemory=$mem Gres=gpu:fake:4 State=UNKNOWN
@@ -98,6 +110,65 @@ GPUCTL
         dd if=/dev/urandom of="$dir/munge/munge.key" bs=1024 count=1 status=none
         chmod 400 "$dir/munge/munge.key"
     }
+}
+
+accounting_lines() {
+    if accounting; then
+        echo "AccountingStorageType=accounting_storage/slurmdbd"
+        echo "AccountingStorageHost=$(hostname -s)"
+        echo "AccountingStoragePort=$((port + 2))"
+        echo "AccountingStoragePass=$dir/munge/munge.socket"
+        echo "AccountingStoreFlags=job_comment"
+        echo "AccountingStorageTRES=gres/gpu,gres/gpu:fake"
+    else
+        echo "AccountingStorageType=accounting_storage/none"
+    fi
+}
+
+# MariaDB (its own datadir and socket, TCP on 127.0.0.1) and slurmdbd, before slurmctld.
+start_accounting() {
+    local i
+    mkdir -p "$dir/mysql"
+    if [[ ! -d $dir/mysql/mysql ]]; then
+        mariadb-install-db --datadir="$dir/mysql" --user=root --auth-root-authentication-method=normal \
+            --skip-test-db >"$dir/log/mariadb-install.log" 2>&1
+    fi
+    pid_alive "$dir/run/mariadb.pid" || {
+        mariadbd --datadir="$dir/mysql" --user=root --socket="$dir/run/mysql.sock" --port=$((port + 3)) \
+            --bind-address=127.0.0.1 --pid-file="$dir/run/mariadb.pid" --log-error="$dir/log/mariadb.log" \
+            --skip-log-bin --innodb-buffer-pool-size=32M </dev/null >/dev/null 2>&1 &
+    }
+    for i in $(seq 1 60); do
+        mariadb --socket="$dir/run/mysql.sock" -u root -e "SELECT 1" >/dev/null 2>&1 && break
+        sleep 0.5
+    done
+    mariadb --socket="$dir/run/mysql.sock" -u root -e "
+        CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY 'gpuctl-dev';
+        CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY 'gpuctl-dev';
+        GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';
+        GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost';"
+    cat >"$dir/etc/slurmdbd.conf" <<DBD
+AuthType=auth/munge
+AuthInfo=socket=$dir/munge/munge.socket
+DbdHost=$(hostname -s)
+DbdPort=$((port + 2))
+SlurmUser=root
+PidFile=$dir/run/slurmdbd.pid
+LogFile=$dir/log/slurmdbd.log
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort=$((port + 3))
+StorageUser=slurm
+StoragePass=gpuctl-dev
+StorageLoc=slurm_acct_db
+DBD
+    chmod 600 "$dir/etc/slurmdbd.conf"
+    pid_alive "$dir/run/slurmdbd.pid" || slurmdbd  # reads slurmdbd.conf beside $SLURM_CONF
+    for i in $(seq 1 60); do
+        sacctmgr -n list cluster >/dev/null 2>&1 && break
+        sleep 0.5
+    done
+    sacctmgr -i -Q add cluster gpuctldev >/dev/null 2>&1 || true
 }
 
 print_exports() {
@@ -118,6 +189,7 @@ start() {
     pid_alive "$dir/run/munged.pid" || munged --force --socket="$dir/munge/munge.socket" \
         --key-file="$dir/munge/munge.key" --pid-file="$dir/run/munged.pid" \
         --log-file="$dir/log/munged.log" --seed-file="$dir/munge/munge.seed"
+    accounting && start_accounting
     slurmctld -f "$conf"
     slurmd -f "$conf"
     local host state i
@@ -155,13 +227,15 @@ stop() {
     pid_alive "$dir/run/slurmctld.pid" && scancel --full --quiet --user=root 2>/dev/null || true
     stop_pid "$dir/run/slurmd.pid"
     stop_pid "$dir/run/slurmctld.pid"
+    stop_pid "$dir/run/slurmdbd.pid"
+    stop_pid "$dir/run/mariadb.pid"
     stop_pid "$dir/run/munged.pid"
     log "stopped (cluster in $dir)"
 }
 
 status() {
     local name
-    for name in munged slurmctld slurmd; do
+    for name in munged mariadb slurmdbd slurmctld slurmd; do
         if pid_alive "$dir/run/$name.pid"; then
             echo "$name: running (pid $(cat "$dir/run/$name.pid"))"
         else

@@ -107,11 +107,15 @@ class SlurmBackend:
         (request.job_dir / f"slurm-attempt-{request.attempt}.jobid").write_text(f"{slurm_id}\n")
 
     def find(self, job_id: str, attempt: int | None = None) -> SlurmJob | None:
-        """The newest SLURM job of ``job_id`` (of one controller attempt when given)."""
-        jobs = jobs_of(job_id, commands.list_jobs())
-        if attempt is not None:
-            jobs = [j for j in jobs if attempt_of(j) == attempt]
-        return jobs[-1] if jobs else None
+        """The newest SLURM job of ``job_id`` (of one controller attempt when given). One slurmctld
+        has forgotten (``MinJobAge``) is looked up in slurmdbd, when the cluster runs it."""
+        for source in (commands.list_jobs, lambda: commands.accounting_jobs(slurm_job_name(job_id))):
+            jobs = jobs_of(job_id, source())
+            if attempt is not None:
+                jobs = [j for j in jobs if attempt_of(j) == attempt]
+            if jobs:
+                return jobs[-1]
+        return None
 
     def observe(self, job_id: str, attempt: int, node_ids: Sequence[str]) -> AttemptObservation:
         job = self.find(job_id, attempt)

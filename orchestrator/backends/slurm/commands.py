@@ -5,7 +5,14 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Sequence
 
-from orchestrator.backends.slurm.parse import SlurmJob, json_errors, parse_scontrol_job, parse_squeue_json
+from orchestrator.backends.slurm.parse import (
+    SACCT_FIELDS,
+    SlurmJob,
+    json_errors,
+    parse_sacct,
+    parse_scontrol_job,
+    parse_squeue_json,
+)
 from orchestrator.errors import EnvironmentProblem, TemporaryError, UserError
 
 _UNREACHABLE = (
@@ -91,6 +98,17 @@ def list_jobs() -> list[SlurmJob]:
     if errors:  # squeue --json exits 0 even when slurmctld did not answer
         raise slurm_error(argv, "; ".join(errors))
     return parse_squeue_json(out)
+
+
+def accounting_jobs(name: str) -> list[SlurmJob]:
+    """Every run of the jobs named ``name`` that slurmdbd recorded (``sacct``), oldest first; ``[]``
+    when the cluster keeps no accounting. Used once slurmctld has forgotten a job (``MinJobAge``)."""
+    argv = ["sacct", "--allusers", "--allocations", "--duplicates", "--parsable2", "--noheader",
+            "--starttime=1970-01-01", f"--name={name}", f"--format={SACCT_FIELDS}"]  # fmt: skip
+    out = run_slurm(argv)
+    if "accounting storage is disabled" in out:
+        return []
+    return parse_sacct(out)
 
 
 def show_job(slurm_id: int) -> SlurmJob | None:

@@ -134,6 +134,76 @@ def parse_squeue_json(text: str) -> list[SlurmJob]:
     return jobs
 
 
+SACCT_FIELDS = (
+    "JobIDRaw,JobName,State,ExitCode,Submit,Start,End,Partition,NNodes,NodeList,Comment,AllocTRES,WorkDir"
+)
+"""``sacct --parsable2 --format`` fields, in order (22.05 has no StdOut field: the job's folder is its
+WorkDir, since gpuctl submits with ``--chdir``)."""
+
+
+def parse_sacct(text: str) -> list[SlurmJob]:
+    """``sacct -X -D -P -n --format=SACCT_FIELDS`` lines: one per run, a requeued job's earlier runs
+    first (they become ``restarts`` 0, 1, ...). ``stdout`` is the attempt's log in the WorkDir."""
+    runs: dict[int, int] = {}
+    jobs = []
+    for line in text.splitlines():
+        parts = line.split("|")
+        if len(parts) != len(SACCT_FIELDS.split(",")) or not parts[0].isdigit():
+            continue
+        (
+            raw_id,
+            name,
+            state,
+            exit_code,
+            submit,
+            start,
+            end,
+            partition,
+            nnodes,
+            nodes,
+            comment,
+            tres,
+            workdir,
+        ) = parts
+        job_id = int(raw_id)
+        restarts = runs.get(job_id, -1) + 1
+        runs[job_id] = restarts
+        code, _, signal = exit_code.partition(":")
+        node_count = int(nnodes) if nnodes.isdigit() else 0
+        state = state.split()[0] if state else "UNKNOWN"  # "CANCELLED by 0"
+        attempt = comment.split(":")[2] if comment.count(":") >= 2 else "1"
+        jobs.append(
+            SlurmJob(
+                job_id=job_id,
+                name=name,
+                state=state,
+                reason="None",
+                restarts=restarts,
+                partition=partition,
+                node_count=node_count,
+                nodes=nodes if nodes not in ("None assigned", "(null)") else "",
+                submit_time=_scontrol_time(submit),
+                start_time=_scontrol_time(start),
+                end_time=_scontrol_time(end) if state in FINISHED_STATES or state == "REQUEUED" else None,
+                exit_code=int(code) if code.isdigit() else None,
+                exit_signal=int(signal) if signal.isdigit() and int(signal) else None,
+                comment=comment,
+                gres=_gres_per_node(tres, node_count),
+                stdout=f"{workdir}/slurm-attempt-{attempt}.out" if workdir else "",
+            )
+        )
+    return jobs
+
+
+def _gres_per_node(alloc_tres: str, nodes: int) -> str:
+    """``gres/gpu:fake=2,...`` over ``nodes`` nodes -> ``gpu:fake:1`` (the squeue ``tres_per_node`` form)."""
+    for item in alloc_tres.split(","):
+        key, _, value = item.partition("=")
+        if key.startswith("gres/gpu:") and value.isdigit():
+            return f"gpu:{key.removeprefix('gres/gpu:')}:{int(value) // max(1, nodes)}"
+    return ""
+
+
 _PAIR = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9/:_]*)=")
 
 

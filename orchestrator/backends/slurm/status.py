@@ -70,9 +70,13 @@ def parse_runs(text: str) -> list[Run]:
     ]
 
 
-def segments_of(job: SlurmJob, job_id: str, config: SlurmClusterConfig) -> list[SegmentRecord]:
-    runs: list[Run] = []
-    if job.stdout:
+def segments_of(
+    job: SlurmJob, job_id: str, config: SlurmClusterConfig, recorded: list[Run] | None = None
+) -> list[SegmentRecord]:
+    """One segment per run of ``job``: the ``recorded`` runs (from sacct), else the job folder's
+    ``slurm-runs.log``, else the job's own start and end."""
+    runs: list[Run] = list(recorded or [])
+    if not runs and job.stdout:
         try:
             runs = [
                 r
@@ -117,33 +121,55 @@ def segments_of(job: SlurmJob, job_id: str, config: SlurmClusterConfig) -> list[
     ]
 
 
+def _matches(jobs: list[SlurmJob], name_or_id: str) -> list[SlurmJob]:
+    if name_or_id.isdigit():
+        return [j for j in jobs if j.job_id == int(name_or_id)]
+    full = JOB_NAME_PREFIX + name_or_id
+    return [j for j in jobs if j.name == full or j.name.startswith(full + "-")]
+
+
 def find_slurm_job(name_or_id: str) -> SlurmJob:
     """A SLURM job id, a gpuctl job id (``NAME-STAMP``) or a job name (its newest submission)."""
-    jobs = commands.list_jobs()
-    if name_or_id.isdigit():
-        matches = [j for j in jobs if j.job_id == int(name_or_id)]
-    else:
-        full = JOB_NAME_PREFIX + name_or_id
-        matches = [j for j in jobs if j.name == full or j.name.startswith(full + "-")]
+    matches = _matches(commands.list_jobs(), name_or_id)
     if not matches:
         raise NotFoundError(
             f"no SLURM job '{name_or_id}' is known to slurmctld",
             "give the SLURM job id or the job name printed by `gpuctl sbatch`; finished jobs are "
-            "forgotten after the cluster's MinJobAge",
+            "forgotten after the cluster's MinJobAge (unless the cluster runs slurmdbd: then give "
+            "the gpuctl job id)",
         )
     return max(matches, key=lambda j: j.job_id)
+
+
+def _live_or_recorded(name_or_id: str) -> tuple[list[SlurmJob], dict[int, list[Run]]]:
+    """The gpuctl job's SLURM jobs from slurmctld, else (forgotten after ``MinJobAge``) from
+    slurmdbd: then each SLURM job's runs come from its sacct rows, one per requeue."""
+    try:
+        newest = find_slurm_job(name_or_id)
+    except NotFoundError:
+        rows = commands.accounting_jobs(JOB_NAME_PREFIX + name_or_id) if not name_or_id.isdigit() else []
+        if not rows:
+            raise
+        latest = {row.job_id: row for row in rows}  # rows are oldest first: the newest run wins
+        runs: dict[int, list[Run]] = {}
+        for row in rows:
+            if row.start_time is not None:
+                run = Run(row.job_id, row.restarts, row.start_time, max(1, row.node_count), row.end_time)
+                runs.setdefault(row.job_id, []).append(run)
+        return sorted(latest.values(), key=lambda j: j.job_id), runs
+    jobs = [j for j in commands.list_jobs() if j.name == newest.name] or [newest]
+    return sorted(jobs, key=lambda j: j.job_id), {}
 
 
 def status_from_slurm(name_or_id: str, config: SlurmClusterConfig | None = None) -> SlurmJobStatus:
     """The job's state from its newest SLURM job; attempts and segments from all of them (a job the
     controller ran has one SLURM job per attempt, each maybe requeued)."""
     config = config or SlurmClusterConfig()
-    newest = find_slurm_job(name_or_id)
+    jobs, recorded = _live_or_recorded(name_or_id)
+    newest = jobs[-1]
     job_id = newest.name.removeprefix(JOB_NAME_PREFIX)
-    runs = [j for j in commands.list_jobs() if j.name == newest.name] or [newest]
-    runs.sort(key=lambda j: j.job_id)
     mapping = map_state(newest)
-    segments = [seg for run in runs for seg in segments_of(run, job_id, config)]
+    segments = [seg for job in jobs for seg in segments_of(job, job_id, config, recorded.get(job.job_id))]
     segments = [dataclasses.replace(seg, id=i + 1) for i, seg in enumerate(segments)]
     attempt = attempt_of(newest)
     return SlurmJobStatus(

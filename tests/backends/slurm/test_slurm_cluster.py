@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from orchestrator.backends.base import AttemptObservation, LaunchRequest, NodePhase
-from orchestrator.backends.slurm import SlurmBackend, SlurmClusterConfig, status_from_slurm
+from orchestrator.backends.slurm import SlurmBackend, SlurmClusterConfig, commands, status_from_slurm
 from orchestrator.backends.slurm.placements import request_for
 from orchestrator.errors import UserError
 from orchestrator.spec import load_spec_text
@@ -93,7 +93,7 @@ def assert_resumed(req: LaunchRequest, total: int, max_lost: int) -> None:
 
 
 def test_scontrol_requeue_resumes_from_checkpoint(
-    backend: SlurmBackend, cluster_config: SlurmClusterConfig, tmp_path: Path
+    backend: SlurmBackend, cluster_config: SlurmClusterConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     req = make_request(tmp_path, cluster_config, "requeue", steps=40)
     backend.launch(req)
@@ -103,6 +103,20 @@ def test_scontrol_requeue_resumes_from_checkpoint(
     assert obs.nodes[0].phase is NodePhase.SUCCEEDED
     assert_resumed(req, 40, EVERY)
     assert status_from_slurm(req.job_id, cluster_config).attempts == 2
+
+    # slurmdbd recorded both runs; once slurmctld forgets the job (MinJobAge), status reads them
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        rows = commands.accounting_jobs(f"gpuctl-{req.job_id}")
+        if [r.state for r in rows] == ["REQUEUED", "COMPLETED"]:
+            break
+        time.sleep(0.5)
+    assert [r.state for r in rows] == ["REQUEUED", "COMPLETED"]
+    monkeypatch.setattr(commands, "list_jobs", lambda: [])
+    recorded = status_from_slurm(req.job_id, cluster_config)
+    assert recorded.status is JobStatus.SUCCEEDED and recorded.attempts == 2
+    assert [s.attempt for s in recorded.segments] == [1, 2] and all(s.ended_at for s in recorded.segments)
+    assert recorded.cost_usd(datetime.now(UTC)) > 0
 
 
 def test_node_down_mid_run_resumes_from_checkpoint(

@@ -11,12 +11,14 @@ import pytest
 
 from orchestrator.backends.base import NodePhase
 from orchestrator.backends.progress import read_progress
+from orchestrator.backends.slurm import commands
 from orchestrator.backends.slurm.backend import attempt_of, gpu_type_of
 from orchestrator.backends.slurm.commands import slurm_error
 from orchestrator.backends.slurm.parse import (
     SlurmJob,
     json_errors,
     map_state,
+    parse_sacct,
     parse_scontrol_job,
     parse_scontrol_pairs,
     parse_squeue_json,
@@ -168,3 +170,24 @@ def test_error_messages_map_to_gpuctl_errors() -> None:
     assert isinstance(gres, UserError) and "gres_types" in str(gres)
     noconf = slurm_error(["squeue"], "squeue: fatal: Could not establish a configuration source")
     assert isinstance(noconf, EnvironmentProblem) and "SLURM_CONF" in str(noconf)
+
+
+def local_time(text: str) -> datetime:
+    return datetime.fromisoformat(text).astimezone(UTC)
+
+
+def test_sacct_rows_are_runs_and_a_requeue_counts_restarts() -> None:
+    requeued, completed, failed = parse_sacct((DATA / "sacct-22.05.txt").read_text())
+    assert (requeued.job_id, requeued.state, requeued.restarts) == (2, "REQUEUED", 0)
+    assert (completed.job_id, completed.state, completed.restarts) == (2, "COMPLETED", 1)
+    assert completed.start_time == local_time("2026-11-23T13:42:25")
+    assert completed.end_time == local_time("2026-11-23T13:42:28")
+    assert completed.gres == "gpu:fake:2" and completed.gpus_per_node == 2 and completed.gres_type == "fake"
+    assert completed.stdout == "/tmp/devc/slurm-attempt-2.out"  # the WorkDir is the job folder
+    assert attempt_of(failed) == 3 and (failed.state, failed.exit_code) == ("FAILED", 3)
+    assert map_state(failed).phase is NodePhase.FAILED
+
+
+def test_sacct_without_accounting_storage_means_no_records(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(commands, "run_slurm", lambda argv: "Slurm accounting storage is disabled\n")
+    assert commands.accounting_jobs("gpuctl-x") == []

@@ -13,6 +13,7 @@ import yaml
 from orchestrator.backends.base import NodePhase
 from orchestrator.backends.slurm import SlurmBackend, SlurmClusterConfig, render_batch_job
 from orchestrator.backends.slurm import commands as slurm_commands
+from orchestrator.backends.slurm.parse import parse_sacct
 from orchestrator.backends.slurm.placements import DEFAULT_PARTITION, own_placements, request_for
 from orchestrator.catalog.offers import MarketKind
 from orchestrator.spec import JobSpec, load_spec_text
@@ -99,3 +100,14 @@ def test_the_controller_asks_for_exactly_its_nodes(tmp_path: Path) -> None:
     two = replace(request, node_ids=["a", "b"])
     script = owned.render(two).script
     assert "#SBATCH --nodes=2\n" in script and "requeue_on_notice=0" in script
+
+
+def test_a_job_slurmctld_forgot_is_found_in_the_accounting_records(monkeypatch: pytest.MonkeyPatch) -> None:
+    rows = parse_sacct((Path(__file__).parent / "data" / "sacct-22.05.txt").read_text())
+    monkeypatch.setattr(slurm_commands, "list_jobs", lambda: [])
+    monkeypatch.setattr(slurm_commands, "accounting_jobs", lambda name: rows if name == "gpuctl-y-1" else [])
+    owned = SlurmBackend(CONFIG, preflight=False, controller_owned=True)
+    # attempt 2 was requeued by SLURM and then completed (while no controller watched): it finished
+    assert [n.phase for n in owned.observe("y-1", 2, ["n0"]).nodes] == [NodePhase.SUCCEEDED]
+    assert [n.phase for n in owned.observe("y-1", 3, ["n0"]).nodes] == [NodePhase.FAILED]
+    assert [n.phase for n in owned.observe("y-1", 4, ["n0"]).nodes] == [NodePhase.LOST]
