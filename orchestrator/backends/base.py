@@ -57,6 +57,8 @@ class NodeObservation:
     exit_code: int | None = None
     notice_at: datetime | None = None
     ended_at: datetime | None = None
+    queued: bool = False
+    """Waiting in the cluster manager's queue (a SLURM job PENDING): no node is held, nothing is billed."""
 
 
 @dataclass(frozen=True)

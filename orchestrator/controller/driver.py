@@ -25,6 +25,7 @@ from orchestrator.controller.actions import (
     OpenSegment,
     RecordEvent,
     RightSize,
+    SegmentStartsNow,
     StartAttempt,
     StopNodes,
     Transition,
@@ -203,6 +204,8 @@ class Driver:
                     StoreWrites.open_segment(
                         conn, job.id, attempt, placement_to_dict(placement), action.nodes, now
                     )
+                elif isinstance(action, SegmentStartsNow):
+                    StoreWrites.restart_open_segment(conn, job.id, now)
                 elif isinstance(action, CloseSegment):
                     StoreWrites.close_segment(conn, job.id, action.reason, now)
                 elif isinstance(action, MarkNodesEnded):

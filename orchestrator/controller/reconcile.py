@@ -22,6 +22,7 @@ from orchestrator.controller.actions import (
     OpenSegment,
     RecordEvent,
     RightSize,
+    SegmentStartsNow,
     StartAttempt,
     StopNodes,
     Transition,
@@ -235,7 +236,11 @@ def _follow(view: JobView) -> list[Action]:
             Transition(S.RECOVERING, f"training exited with {codes}; restarting"),
         ]
 
-    # 6e. Elastic growth: capacity came back. Every node saves a checkpoint and exits, then step 5
+    # 6e. Still queued (SLURM PENDING): queue time is free, so the segment starts when the nodes do.
+    if view.status is S.LAUNCHING and alive and all(n.queued for n in alive) and view.open_segment_nodes:
+        return [SegmentStartsNow()]
+
+    # 6f. Elastic growth: capacity came back. Every node saves a checkpoint and exits, then step 5
     #     relaunches on more nodes (re-rendezvous of a growing torchrun world proved unreliable).
     if not succeeded and not finished and _growth(view, len(alive)) > 0:
         why = f"capacity returned; restarting on up to {spec.resources.max_nodes} node(s) from a checkpoint"
@@ -246,7 +251,7 @@ def _follow(view: JobView) -> list[Action]:
             Transition(S.RESCALING, why) if view.status is not S.RESCALING else RecordEvent("rescale", why),
         ]
 
-    # 6f. On on-demand, the market policy may send the job back to spot (or to waiting, when free):
+    # 6g. On on-demand, the market policy may send the job back to spot (or to waiting, when free):
     #     every node checkpoints and exits, then step 5 places it again.
     if view.status is S.RUNNING and view.placement is not None and not succeeded and not finished:
         move = leave_on_demand(spec, market_view(view), _clock(view), view.placement)
@@ -258,7 +263,7 @@ def _follow(view: JobView) -> list[Action]:
                 Transition(S.RECOVERING, move),
             ]
 
-    # 6g. Training is under way.
+    # 6h. Training is under way.
     if view.status in (S.LAUNCHING, S.RESCALING) and view.progress is not None and view.progress_fresh:
         return [Transition(S.RUNNING, f"training at step {view.progress.step} on {len(alive)} node(s)")]
     return []

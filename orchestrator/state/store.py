@@ -398,6 +398,12 @@ class StoreWrites:
         )
 
     @staticmethod
+    def restart_open_segment(conn: sqlite3.Connection, job_id: str, now: datetime) -> None:
+        conn.execute(
+            "UPDATE segments SET started_at = ? WHERE job_id = ? AND ended_at IS NULL", (_ts(now), job_id)
+        )
+
+    @staticmethod
     def close_segment(conn: sqlite3.Connection, job_id: str, reason: str, now: datetime) -> None:
         conn.execute(
             "UPDATE segments SET ended_at = ?, end_reason = ? WHERE job_id = ? AND ended_at IS NULL",

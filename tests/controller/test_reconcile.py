@@ -13,6 +13,7 @@ from orchestrator.controller.actions import (
     CountRestart,
     MarkNodesEnded,
     OpenSegment,
+    SegmentStartsNow,
     StartAttempt,
     StopNodes,
     Transition,
@@ -178,6 +179,16 @@ def test_launching_becomes_running_on_fresh_progress_only() -> None:
              progress=Progress(step=5))  # fmt: skip
     assert reconcile(v) == []
     assert targets(reconcile(replace(v, progress_fresh=True))) == [S.RUNNING]
+
+
+def test_a_queued_attempt_restarts_its_segment_clock_until_a_node_runs() -> None:
+    queued = replace(node(0, NodePhase.STARTING), queued=True)
+    v = view(status=S.LAUNCHING, attempt=1, placement=SPOT, open_segment_nodes=1, nodes=(queued,))
+    assert reconcile(v) == [SegmentStartsNow()]
+    booting = view(status=S.LAUNCHING, attempt=1, placement=SPOT, open_segment_nodes=1,
+                   nodes=(node(0, NodePhase.STARTING),))  # fmt: skip
+    assert reconcile(booting) == []  # a cloud node that boots is billed
+    assert reconcile(replace(v, nodes=(queued, node(1, NodePhase.RUNNING)))) == []
 
 
 def test_deadline_passed_while_waiting_fails_with_reason() -> None:

@@ -131,6 +131,7 @@ class SlurmBackend:
                 phase if i < running else NodePhase.STARTING,
                 exit_code=job.exit_code if phase.ended else None,
                 ended_at=ended,
+                queued=phase is NodePhase.STARTING and job.state == "PENDING",
             )
             for i, node_id in enumerate(node_ids)
         )

@@ -130,6 +130,15 @@ def slurm_jobs(job_id: str) -> list[slurm.SlurmJob]:
 def test_ddp_job_runs_to_completion_with_ledger_and_stateless_status(
     gpuctl_env: dict[str, str], tmp_path: Path
 ) -> None:
+    # Another user's job holds every GPU for a while: ours waits in the queue first.
+    blocker = [
+        "sbatch",
+        "--partition=spot",
+        "--gres=gpu:fake:4",
+        f"--output={tmp_path}/blocker.out",
+        "--wrap=sleep 8",
+    ]
+    subprocess.run(blocker, check=True, capture_output=True)
     job_id = submit(gpuctl_env, tmp_path, "ddp", steps=20)
     job = wait_for(gpuctl_env, job_id, ended(JobStatus.SUCCEEDED), timeout_s=150)
     store = JobStore(Path(gpuctl_env["GPUCTL_HOME"]))
@@ -142,6 +151,9 @@ def test_ddp_job_runs_to_completion_with_ledger_and_stateless_status(
     assert steps_by_attempt(gpuctl_env, job_id) == {"1": 20}
     [run] = slurm_jobs(job_id)
     assert run.state == "COMPLETED" and run.partition == "spot" and run.gres.endswith("gpu:fake:2")
+    assert run.start_time is not None  # queue time is not billed: the segment starts with the job
+    assert (run.start_time - job.submitted_at).total_seconds() >= 4  # it did queue
+    assert abs((segment.started_at - run.start_time).total_seconds()) <= 3
 
     status = gpuctl(gpuctl_env, "status", job_id, "--backend", "slurm", "-o", "json")
     assert status.returncode == 0, status.stderr
