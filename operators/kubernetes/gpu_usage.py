@@ -30,7 +30,7 @@ from typing import Any
 
 from orchestrator.backends.kubernetes import client
 from orchestrator.backends.kubernetes.manifests import LABEL_ATTEMPT, MONITOR
-from orchestrator.errors import GpuctlError
+from orchestrator.errors import GpuctlError, NotFoundError
 from orchestrator.state.gpu_usage import (
     UNAVAILABLE_KIND,
     WINDOW_KIND,
@@ -149,6 +149,8 @@ def collect_gpu_usage(
             text = client.read_container_log(
                 name, namespace, MONITOR, since_seconds(ledger.last_ends.get(monitor), now), api
             )
+        except NotFoundError:
+            continue  # deleted since it was listed
         except GpuctlError as err:
             log.warning("GPU usage of pod %s not read this time: %s", name, err.message)
             continue

@@ -27,6 +27,8 @@ class FakePodLogs:
     """(namespace, pod, container) -> (logged at, line), oldest first."""
     requests: list[dict[str, str]] = field(default_factory=list)
     """Query parameters of each request, with ``pod`` and ``namespace`` added."""
+    failing: set[str] = field(default_factory=set)
+    """Pods whose log requests get a 500 (an API server or kubelet in trouble)."""
 
     def install(self, emulator: kmock.KubernetesEmulator) -> None:
         emulator["get", LOG_PATH] << self.serve
@@ -38,6 +40,8 @@ class FakePodLogs:
     def serve(self, request: kmock.Request) -> kmock.Response:
         params = dict(request.params)
         self.requests.append({**params, "pod": str(request.name), "namespace": str(request.namespace)})
+        if request.name in self.failing:
+            return _status(500, f"Get https://node:10250/containerLogs/{request.name}: connection refused")
         container = params.get("container")
         if not container:
             return _status(400, f"a container name must be specified for pod {request.name}")
@@ -50,5 +54,5 @@ class FakePodLogs:
 
 def _status(code: int, message: str) -> kmock.Response:
     body: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message,
-                            "reason": "BadRequest", "code": code}  # fmt: skip
+                            "reason": "BadRequest" if code == 400 else "InternalError", "code": code}  # fmt: skip
     return kmock.Response(status=code, payload=body)

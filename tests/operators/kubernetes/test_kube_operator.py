@@ -360,3 +360,20 @@ async def test_monitor_without_nvml_leaves_a_message_and_no_usage(cluster: Clust
     await set_pod_status(cluster, "h-n0", RUNNING)
     job = await job_when(cluster, "h", lambda st: "gpuMonitorMessage" in st)
     assert job["status"]["gpuMonitorMessage"] == NO_NVML_MESSAGE and "gpuUsage" not in job["status"]
+
+
+async def test_unreadable_monitor_log_is_read_later_without_losing_windows(cluster: Cluster) -> None:
+    await create_job(cluster, "k", 1)
+    await pods_when(cluster, lambda ps: len(ps) == 1)
+    lines = monitor_lines(end_ago_s=5.0)[:4]
+    for end, line in lines:
+        cluster.logs.write(NS, "k-n0", "monitor", line, at=end)
+    cluster.logs.failing.add("k-n0")
+    await set_pod_status(cluster, "k-n0", RUNNING)
+    await job_when(cluster, "k", lambda st: st.get("state") == "RUNNING")  # the reconcile goes on
+    await asyncio.sleep(1.0)
+    assert sum(r["pod"] == "k-n0" for r in cluster.logs.requests) >= 2
+    assert "gpuUsage" not in (await cluster.job("k"))["status"]
+    cluster.logs.failing.clear()
+    job = await job_when(cluster, "k", lambda st: "gpuUsage" in st)
+    assert job["status"]["gpuUsage"] == usage_of({"k-n0": lines})
