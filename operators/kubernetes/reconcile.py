@@ -1,18 +1,21 @@
 """One reconcile pass of a GPUJob against the API server: read, decide (pure), apply, write status.
 
 The decision is one call: :func:`operators.kubernetes.step.step`, which runs gpuctl's controller
-reconcile step on the job's status and pods. Kept apart from the kopf handlers so anything can call it.
+reconcile step on the job's status and pods; the monitors' GPU use is read from the pods' sidecar logs
+(:mod:`operators.kubernetes.gpu_usage`). Kept apart from the kopf handlers so anything can call it.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
 
+from operators.kubernetes.gpu_usage import collect_gpu_usage
 from operators.kubernetes.step import Decision, placement_from, step
 from orchestrator.backends.base import Placement
 from orchestrator.backends.kubernetes import client
@@ -99,6 +102,9 @@ def reconcile_job(
                 owner=owner,
             )
             client.create_pod(pod, api)
+    # The monitors' windows up to now, in the same status patch (the pods of an ending job are still listed).
+    with_usage, usage_events = collect_gpu_usage(decision.status, pods, namespace, now, api)
+    decision = replace(decision, status=with_usage, events=decision.events + usage_events)
     if decision.status != status:
         client.patch_gpujob_status(name, namespace, status_patch(status, decision.status), api)
     return decision

@@ -6,6 +6,7 @@ commands only talk to the API server (kubeconfig, ``$KUBECONFIG``, or in-cluster
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -13,7 +14,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from orchestrator.backends.kubernetes import client
+from orchestrator.cli.views import gpu_use_line
 from orchestrator.spec import JobSpec
+from orchestrator.state.gpu_usage import GpuUsage
 
 TERMINAL_STATES = ("SUCCEEDED", "FAILED", "CANCELLED")
 
@@ -50,7 +53,17 @@ def gpujob_document(obj: dict[str, Any]) -> dict[str, Any]:
         "cost_usd": round(float(status.get("costUsd", 0.0)), 6),
         "segments": segments,
         "conditions": status.get("conditions", []),
+        "gpu_usage": _gpu_usage(status.get("gpuUsage")),
+        "gpu_monitor_message": status.get("gpuMonitorMessage"),
     }
+
+
+def _gpu_usage(written: Any) -> dict[str, Any] | None:
+    """The operator's ``status.gpuUsage`` with every field of a local job's ``gpu_usage`` (null ones are
+    left out of the status); None until a monitor window was read."""
+    if not written:
+        return None
+    return {f.name: written.get(f.name) for f in dataclasses.fields(GpuUsage)}
 
 
 def submit(spec: JobSpec, namespace: str, detach: bool, poll_s: float = 2.0) -> int:
@@ -80,6 +93,10 @@ def status(name: str, namespace: str, output: str) -> int:
     else:
         print(f"gpujob {doc['name']} ({doc['namespace']}): {doc['state']}, {doc['nodes'] or 0} node(s), "
               f"attempts {doc['attempts']}, preemptions {doc['preemptions']}, cost {doc['cost_usd']:.4f} USD")  # fmt: skip
+        if doc["gpu_usage"]:
+            print(gpu_use_line(doc["gpu_usage"]))
+        elif doc["gpu_monitor_message"]:
+            print(doc["gpu_monitor_message"])
         for cond in doc["conditions"]:
             print(
                 f"  {cond.get('type')}={cond.get('status')} {cond.get('reason', '')}: {cond.get('message', '')}"

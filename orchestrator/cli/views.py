@@ -9,8 +9,8 @@ from rich.table import Table
 
 from orchestrator.backends.base import Progress
 from orchestrator.spec import format_duration
+from orchestrator.state.gpu_usage import GpuUsage
 from orchestrator.state.records import JobRecord, SegmentRecord
-from orchestrator.state.usage import GpuUsage
 
 SIMULATED_NOTE = "costs are simulated: local nodes are priced as the cloud instance they stand for"
 

@@ -63,6 +63,11 @@ def add_monitor_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"append window summaries here (default ${ENV_SUMMARY_FILE})",
     )
     parser.add_argument(
+        "--summary-stdout",
+        action="store_true",
+        help="also print each summary line on stdout (the Kubernetes operator reads the sidecar's log)",
+    )
+    parser.add_argument(
         "--idle-threshold",
         type=float,
         default=DEFAULT_IDLE_THRESHOLD_PCT,
@@ -172,19 +177,26 @@ class Monitor:
         self.source.close()
 
 
+def summary_writer(args: argparse.Namespace) -> SummaryWriter | None:
+    """Where window summaries go: ``--summary-file`` and/or stdout (``--summary-stdout``); None: nowhere."""
+    if not args.summary_file and not args.summary_stdout:
+        return None
+    return SummaryWriter(args.summary_file or None, sys.stdout if args.summary_stdout else None)
+
+
 def run_monitor(args: argparse.Namespace, log: Callable[[str], None] | None = None) -> int:
     """The sidecar: runs until SIGTERM/SIGINT (or the end of a replay), then writes the last window."""
     emit = log or (lambda line: print(f"gpuctl monitor: {line}", file=sys.stderr, flush=True))
     if args.once:
         return run_once(args)
+    writer = summary_writer(args)
     try:
         source = open_source(args)
     except EnvironmentProblem as err:  # no NVML: say so in the summary file too, for the controller
-        if args.summary_file:
-            SummaryWriter(args.summary_file).write(unavailable_record(args.job or None, "no_nvml", err.what))
+        if writer is not None:
+            writer.write(unavailable_record(args.job or None, "no_nvml", err.what))
         raise
     collector = GpuCollector(job=args.job)
-    writer = SummaryWriter(args.summary_file) if args.summary_file else None
     monitor = Monitor(
         source,
         collector,

@@ -15,7 +15,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from orchestrator.monitor.samples import GpuSample
 
@@ -182,15 +182,24 @@ def unavailable_record(job_id: str | None, reason: str, message: str) -> dict[st
 
 
 class SummaryWriter:
-    """Appends window summaries as JSON lines (one write and flush per line)."""
+    """Appends window summaries as JSON lines (one write and flush per line) to a file, a stream, or both.
 
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+    The stream is for the Kubernetes sidecar: its stdout is the container log the operator reads."""
+
+    def __init__(self, path: str | Path | None, stream: TextIO | None = None) -> None:
+        self.path = None if path is None else Path(path)
+        self.stream = stream
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
 
     def write(self, record: dict[str, Any]) -> None:
-        with self.path.open("a", encoding="utf-8") as handle:
-            handle.write(json.dumps(record, separators=(",", ":")) + "\n")
+        line = json.dumps(record, separators=(",", ":")) + "\n"
+        if self.path is not None:
+            with self.path.open("a", encoding="utf-8") as handle:
+                handle.write(line)
+        if self.stream is not None:
+            self.stream.write(line)
+            self.stream.flush()
 
 
 def read_summaries(path: str | Path) -> list[dict[str, Any]]:

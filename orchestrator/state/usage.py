@@ -7,30 +7,37 @@ new offset in one transaction, keyed by (job, file, line offset): a controller t
 again stores nothing twice. An ``unavailable`` line (the monitor found no NVML) becomes one
 ``gpu_monitor`` event per job.
 
-The aggregate weights each window by its GPU-samples. ``util_p95_pct`` is approximate: the
-sample-weighted 95th percentile of the windows' p95 values (raw samples are not kept).
+The aggregate is :mod:`orchestrator.state.gpu_usage`'s (the Kubernetes operator uses the same).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import math
 import sqlite3
-from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from orchestrator.state.gpu_usage import (
+    NO_NVML_MESSAGE,
+    UNAVAILABLE_KIND,
+    WINDOW_KIND,
+    GpuUsage,
+    UsageWindow,
+    aggregate,
+    summary_line_record,
+    unavailable_message,
+    usage_window,
+)
 from orchestrator.state.store import JobStore, StoreWrites
+
+__all__ = ["EVENT_KIND", "NO_NVML_MESSAGE", "SUMMARY_GLOB", "GpuUsage", "UsageStore", "usage_from_files"]
 
 log = logging.getLogger(__name__)
 
-WINDOW_KIND = "gpuctl.monitor.window"
-UNAVAILABLE_KIND = "gpuctl.monitor.unavailable"
 SUMMARY_GLOB = "monitor-summary*.jsonl"
 EVENT_KIND = "gpu_monitor"
-NO_NVML_MESSAGE = "GPU monitor: no NVML on this machine; utilization not measured"
 
 _TABLES = (
     """CREATE TABLE IF NOT EXISTS gpu_usage_windows (
@@ -46,121 +53,13 @@ _TABLES = (
 _created: set[Path] = set()
 
 
-@dataclass(frozen=True)
-class GpuUsage:
-    """What the monitors measured for one job, over all its nodes and attempts."""
-
-    windows: int
-    samples: int
-    """GPU-samples (one per GPU per tick)."""
-    model: str
-    monitors: int
-    """Summary files (one per node, or per node and attempt) that had windows."""
-    util_mean_pct: float
-    util_p95_pct: float
-    util_max_pct: float
-    mem_peak_bytes: int
-    mem_total_bytes: int
-    mem_peak_fraction: float
-    sm_activity_mean: float | None
-    idle_gpu_hours: float
-    measured_gpu_hours: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class _Window:
-    source: str
-    start: float
-    duration_s: float
-    gpus: int
-    model: str
-    samples: int
-    util_mean_pct: float
-    util_p95_pct: float
-    util_max_pct: float
-    mem_used_max_bytes: int
-    mem_total_bytes: int
-    sm_activity_mean: float | None
-    idle_seconds: float
-
-
-def _window(source: str, record: dict[str, Any]) -> _Window:
-    per_gpu = record.get("per_gpu") or []
-    samples = sum(int(g.get("samples", 0)) for g in per_gpu) or int(record.get("gpus", 1))
-    sm = record.get("sm_activity_mean")
-    return _Window(
-        source=source,
-        start=float(record["start"]),
-        duration_s=float(record["duration_s"]),
-        gpus=int(record["gpus"]),
-        model=str(record.get("model", "")),
-        samples=samples,
-        util_mean_pct=float(record["util_mean_pct"]),
-        util_p95_pct=float(record["util_p95_pct"]),
-        util_max_pct=float(record["util_max_pct"]),
-        mem_used_max_bytes=int(record["mem_used_max_bytes"]),
-        mem_total_bytes=int(record["mem_total_bytes"]),
-        sm_activity_mean=None if sm is None else float(sm),
-        idle_seconds=float(record["idle_seconds"]),
-    )
-
-
-def _weighted_p95(values: list[tuple[float, int]]) -> float:
-    ordered = sorted(values)
-    total = sum(weight for _, weight in ordered)
-    rank = max(math.ceil(0.95 * total), 1)
-    seen = 0
-    for value, weight in ordered:
-        seen += weight
-        if seen >= rank:
-            return value
-    return ordered[-1][0]
-
-
-def aggregate(windows: list[_Window]) -> GpuUsage | None:
-    if not windows:
-        return None
-    samples = sum(w.samples for w in windows)
-    with_sm = [w for w in windows if w.sm_activity_mean is not None]
-    sm_samples = sum(w.samples for w in with_sm)
-    peak = max(windows, key=lambda w: w.mem_used_max_bytes / w.mem_total_bytes if w.mem_total_bytes else 0.0)
-    return GpuUsage(
-        windows=len(windows),
-        samples=samples,
-        model=peak.model,
-        monitors=len({w.source for w in windows}),
-        util_mean_pct=round(sum(w.util_mean_pct * w.samples for w in windows) / samples, 3),
-        util_p95_pct=_weighted_p95([(w.util_p95_pct, w.samples) for w in windows]),
-        util_max_pct=max(w.util_max_pct for w in windows),
-        mem_peak_bytes=max(w.mem_used_max_bytes for w in windows),
-        mem_total_bytes=peak.mem_total_bytes,
-        mem_peak_fraction=round(peak.mem_used_max_bytes / peak.mem_total_bytes, 4)
-        if peak.mem_total_bytes
-        else 0.0,
-        sm_activity_mean=(
-            round(
-                sum(w.sm_activity_mean * w.samples for w in with_sm if w.sm_activity_mean is not None)
-                / sm_samples,
-                4,
-            )
-            if sm_samples
-            else None
-        ),
-        idle_gpu_hours=round(sum(w.idle_seconds for w in windows) / 3600.0, 6),
-        measured_gpu_hours=round(sum(w.duration_s * w.gpus for w in windows) / 3600.0, 6),
-    )
-
-
 def usage_from_files(job_dir: Path) -> GpuUsage | None:
     """The aggregate straight from a job folder's summary files (when nothing is stored)."""
     windows = []
     for file in sorted(job_dir.glob(SUMMARY_GLOB)):
         for _, record in _complete_lines(file.read_bytes(), 0):
             if record is not None and record.get("kind") == WINDOW_KIND:
-                windows.append(_window(file.name, record))
+                windows.append(usage_window(file.name, record))
     return aggregate(windows)
 
 
@@ -172,13 +71,8 @@ def _complete_lines(data: bytes, base: int) -> list[tuple[int, dict[str, Any] | 
         end = data.find(b"\n", position)
         if end < 0:
             return lines
-        text = data[position:end].strip()
-        if text:
-            try:
-                record = json.loads(text)
-                lines.append((base + position, record if isinstance(record, dict) else None))
-            except ValueError:
-                lines.append((base + position, None))
+        if data[position:end].strip():
+            lines.append((base + position, summary_line_record(data[position:end])))
         position = end + 1
 
 
@@ -225,7 +119,7 @@ class UsageStore:
             if record is None:
                 log.warning("job %s: %s: skipping a line that is not a JSON object", job_id, file.name)
             elif record.get("kind") == WINDOW_KIND:
-                windows.append((line_offset, _window(file.name, record), record))
+                windows.append((line_offset, usage_window(file.name, record), record))
             elif record.get("kind") == UNAVAILABLE_KIND:
                 notices.append(record)
         with self.store.transaction() as conn:
@@ -261,10 +155,7 @@ class UsageStore:
     def _record_unavailable(
         conn: sqlite3.Connection, job_id: str, record: dict[str, Any], now: datetime
     ) -> None:
-        if record.get("reason") == "no_nvml":
-            message = NO_NVML_MESSAGE
-        else:
-            message = f"GPU monitor: {record.get('message') or 'not running'}; utilization not measured"
+        message = unavailable_message(record)
         seen = conn.execute(
             "SELECT 1 FROM events WHERE job_id = ? AND kind = ? AND message = ?",
             (job_id, EVENT_KIND, message),
@@ -294,4 +185,4 @@ class UsageStore:
             " FROM gpu_usage_windows WHERE job_id = ?",
             (job_id,),
         )
-        return aggregate([_Window(**dict(r)) for r in rows])
+        return aggregate([UsageWindow(**dict(r)) for r in rows])

@@ -79,6 +79,9 @@ def test_rbac_is_least_privilege(rendered: dict[str, list[dict[str, Any]]]) -> N
     roles = by_kind(docs, "Role")
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["ml", "research"]
     assert len(by_kind(docs, "RoleBinding")) == 2
+    for role in roles:  # the operator reads the monitor sidecars' logs for GPU use
+        log_verbs = {v for rule in role["rules"] if "pods/log" in rule["resources"] for v in rule["verbs"]}
+        assert log_verbs == {"get"}
     for role in [*roles, *by_kind(docs, "ClusterRole")]:
         for rule in role["rules"]:
             assert "*" not in rule["verbs"] and "*" not in rule["resources"] and "*" not in rule["apiGroups"]

@@ -14,8 +14,11 @@ import kmock
 import pytest
 import pytest_asyncio
 
+from operators.kubernetes.gpu_usage import MonitorLedger
 from orchestrator.backends.kubernetes import client
 from orchestrator.cli.main import main
+from orchestrator.state.gpu_usage import NO_NVML_MESSAGE
+from tests.cli.test_gpu_usage_cli import window
 
 VERBS = {"list", "watch", "get", "create", "patch", "update", "delete"}
 
@@ -74,3 +77,54 @@ async def test_gpujob_lifecycle_through_the_cli(
     assert code == 0 and "deleted" in out
     code, _ = await asyncio.to_thread(_cli, capsys, "status", "trainer", *k)
     assert code == 2, "a deleted job is not found"
+
+
+@pytest.mark.asyncio
+async def test_status_shows_the_gpu_use_the_operator_wrote(
+    kubeconfig: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text("name: measured\ncommand: train.py\nresources: {gpu_types: [A10G], nodes: 1}\n")
+    k = ("--backend", "kubernetes", "--namespace", "ml")
+    code, _ = await asyncio.to_thread(_cli, capsys, "submit", str(job), *k, "--detach")
+    assert code == 0
+    code, out = await asyncio.to_thread(_cli, capsys, "status", "measured", *k, "-o", "json")
+    assert json.loads(out)["gpu_usage"] is None
+
+    # the status fields the operator writes after reading these two windows from a monitor's log
+    # (the windows of tests/cli/test_gpu_usage_cli.py, whose local job shows the same line)
+    ledger = MonitorLedger()
+    assert ledger.take("measured-n0/uid-1", window(0.0, 40.0, 3.0) + window(10.0, 60.0, 0.6)) == 2
+    status = {"state": "RUNNING", "attempt": 1, "nodes": 1, **ledger.status_fields()}
+    await asyncio.to_thread(client.patch_gpujob_status, "measured", "ml", status)
+
+    code, out = await asyncio.to_thread(_cli, capsys, "status", "measured", *k, "-o", "json")
+    usage = json.loads(out)["gpu_usage"]
+    assert code == 0 and usage["samples"] == 40 and usage["windows"] == 2 and usage["monitors"] == 1
+    assert (
+        usage["util_mean_pct"] == 50.0 and usage["util_p95_pct"] == 65.0 and usage["sm_activity_mean"] == 0.5
+    )
+    code, out = await asyncio.to_thread(_cli, capsys, "status", "measured", *k)
+    assert "GPU use: utilization mean 50% (p95 65%), peak memory 25% of 24 GiB, SM activity 0.50" in out
+
+    # without SM activity the operator leaves the field out; the document still has it, as null
+    no_sm = {k2: v for k2, v in status["gpuUsage"].items() if k2 != "sm_activity_mean"}
+    await asyncio.to_thread(client.patch_gpujob_status, "measured", "ml", {"gpuUsage": None})
+    await asyncio.to_thread(client.patch_gpujob_status, "measured", "ml", {"gpuUsage": no_sm})
+    code, out = await asyncio.to_thread(_cli, capsys, "status", "measured", *k, "-o", "json")
+    usage = json.loads(out)["gpu_usage"]
+    assert "sm_activity_mean" in usage and usage["sm_activity_mean"] is None and usage["samples"] == 40
+
+
+@pytest.mark.asyncio
+async def test_status_shows_why_nothing_was_measured(
+    kubeconfig: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text("name: blind\ncommand: train.py\n")
+    k = ("--backend", "kubernetes", "--namespace", "ml")
+    await asyncio.to_thread(_cli, capsys, "submit", str(job), *k, "--detach")
+    status = {"state": "RUNNING", "gpuMonitorMessage": NO_NVML_MESSAGE}
+    await asyncio.to_thread(client.patch_gpujob_status, "blind", "ml", status)
+    code, out = await asyncio.to_thread(_cli, capsys, "status", "blind", *k)
+    assert code == 0 and NO_NVML_MESSAGE in out and "GPU use:" not in out

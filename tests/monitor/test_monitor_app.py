@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.cli.main import build_parser, main
-from orchestrator.errors import NotFoundError, UserError
+from orchestrator.errors import EnvironmentProblem, NotFoundError, UserError
 from orchestrator.monitor.app import parse_duration_s, run_monitor
 from orchestrator.monitor.samples import GpuSample, ReplaySource, read_sample_ticks
 from tests.monitor.monitor_helpers import H100X8, make_sample
@@ -68,6 +68,40 @@ def test_monitor_replay_writes_window_summaries(tmp_path: Path) -> None:
     assert windows[0]["job_id"] == "job-7"
     assert 0.0 < windows[0]["throttled_fraction"] < 0.1  # GPU 5 power-capped for 20 s
     assert logged[-1] == "stopped after 120 tick(s)"
+
+
+def test_summary_stdout_prints_the_same_lines_as_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    summary = tmp_path / "summary.jsonl"
+    args = build_parser().parse_args(
+        ["monitor", "--source", "replay", str(H100X8), "--interval", "0", "--window", "30s",
+         "--summary-file", str(summary), "--summary-stdout", "--port", "-1"]
+    )  # fmt: skip
+    assert run_monitor(args, log=lambda _line: None) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert len(printed) == 4 and printed == summary.read_text().splitlines()
+    assert all(json.loads(line)["kind"] == "gpuctl.monitor.window" for line in printed)
+
+    only_stdout = build_parser().parse_args(
+        ["monitor", "--source", "replay", str(H100X8), "--interval", "0", "--window", "60s",
+         "--summary-stdout", "--port", "-1"]
+    )  # fmt: skip
+    assert run_monitor(only_stdout, log=lambda _line: None) == 0
+    assert [json.loads(line)["duration_s"] for line in capsys.readouterr().out.splitlines()] == [60.0, 60.0]
+
+
+def test_without_nvml_the_unavailable_line_goes_to_stdout_too(capsys: pytest.CaptureFixture[str]) -> None:
+    args = build_parser().parse_args(["monitor", "--summary-stdout", "--port", "-1", "--job", "j"])
+    try:
+        run_monitor(args, log=lambda _line: None)
+    except EnvironmentProblem:
+        pass
+    else:
+        pytest.skip("this machine has NVML")
+    (line,) = capsys.readouterr().out.splitlines()
+    record = json.loads(line)
+    assert record["kind"] == "gpuctl.monitor.unavailable" and record["reason"] == "no_nvml"
 
 
 def test_monitor_serves_metrics_while_running(tmp_path: Path) -> None:

@@ -270,3 +270,24 @@ def pod_logs(
         text = _call(f"read logs of {name}", core.read_namespaced_pod_log, name, namespace, **kwargs)
         parts.append(f"==> {name} <==\n{text}")
     return "\n".join(parts)
+
+
+def read_container_log(
+    pod: str, namespace: str, container: str, since_seconds: int | None = None, api: Any | None = None
+) -> str:
+    """One container's log (``since_seconds``: only lines logged in that many seconds before now).
+
+    Read as raw bytes: older releases of the client (still allowed by pyproject) parse a log that is a
+    single JSON document and return its Python ``str()`` instead of the text."""
+    core = k8s.CoreV1Api(api or api_client())
+    kwargs: dict[str, Any] = {"container": container, "_preload_content": False}
+    if since_seconds is not None:
+        kwargs["since_seconds"] = since_seconds
+    what = f"read the {container} log of pod {pod}"
+    with _mapped(what):
+        response: Any = core.read_namespaced_pod_log(pod, namespace, **kwargs)  # a urllib3 response
+        try:
+            data: bytes = response.data
+        finally:
+            response.release_conn()
+    return data.decode("utf-8", errors="replace")

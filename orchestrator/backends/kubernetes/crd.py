@@ -16,6 +16,7 @@ Write the chart's copy with ``python -m orchestrator.backends.kubernetes.crd [PA
 from __future__ import annotations
 
 import sys
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ import yaml
 
 from orchestrator.errors import InternalError
 from orchestrator.spec import job_spec_json_schema
+from orchestrator.state.gpu_usage import GpuUsage, UsageTotals
 
 GROUP = "gpuctl.dev"
 VERSION = "v1alpha1"
@@ -124,6 +126,56 @@ def spec_openapi_schema() -> dict[str, Any]:
     return structural
 
 
+_SCALAR_TYPES: dict[Any, str] = {int: "integer", float: "number", str: "string", bool: "boolean"}
+
+
+def _dataclass_properties(cls: type, special: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """OpenAPI properties of a dataclass of scalars (``X | None``: nullable); ``special``: the others."""
+    properties: dict[str, Any] = {}
+    for name, hint in typing.get_type_hints(cls).items():
+        if name in special:
+            properties[name] = special[name]
+            continue
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        scalar = args[0] if len(args) == 1 else hint
+        if scalar not in _SCALAR_TYPES:
+            raise InternalError(f"no OpenAPI type for {cls.__name__}.{name}: {hint}")
+        properties[name] = {"type": _SCALAR_TYPES[scalar], **({"nullable": True} if args else {})}
+    return properties
+
+
+def gpu_usage_schemas() -> dict[str, Any]:
+    """Status keys the operator writes from the monitor sidecars' logs (operators/kubernetes/gpu_usage.py)."""
+    p95_samples = {
+        "type": "array",
+        "items": {
+            "type": "object",
+            "properties": {"pct": {"type": "number"}, "samples": {"type": "integer"}},
+        },
+    }
+    return {
+        "gpuUsage": {
+            "type": "object",
+            "description": "what the GPU monitors measured (fields of `gpuctl status -o json` gpu_usage)",
+            "properties": _dataclass_properties(GpuUsage, {}),
+        },
+        "gpuUsageTotals": {
+            "type": "object",
+            "description": "running sums over the monitors' windows that gpuUsage follows from",
+            "properties": _dataclass_properties(UsageTotals, {"util_p95_samples": p95_samples}),
+        },
+        "gpuMonitors": {
+            "type": "array",
+            "description": "per monitor sidecar (pod name/uid): end time of the last window taken",
+            "items": {
+                "type": "object",
+                "properties": {"monitor": {"type": "string"}, "lastWindowEnd": {"type": "number"}},
+            },
+        },
+        "gpuMonitorMessage": {"type": "string", "description": "why a monitor measures nothing"},
+    }
+
+
 def status_openapi_schema() -> dict[str, Any]:
     condition = {
         "type": "object",
@@ -192,6 +244,7 @@ def status_openapi_schema() -> dict[str, Any]:
                 "x-kubernetes-list-type": "map",
                 "x-kubernetes-list-map-keys": ["type"],
             },
+            **gpu_usage_schemas(),
         },
     }
 

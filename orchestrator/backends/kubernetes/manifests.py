@@ -180,7 +180,9 @@ def _trainer_resources(spec: JobSpec) -> dict[str, Any]:
 
 
 def _monitor_container(job: str, name: str, config: KubeConfig) -> dict[str, Any]:
-    """Native sidecar (init container that keeps running): the pod still completes with the trainer."""
+    """Native sidecar (init container that keeps running): the pod still completes with the trainer.
+
+    Its stdout carries only window summary lines (its own messages go to stderr)."""
     return {
         "name": MONITOR,
         "image": config.monitor_image,
@@ -191,7 +193,8 @@ def _monitor_container(job: str, name: str, config: KubeConfig) -> dict[str, Any
             f"--port={config.monitor_port}",
             "--cloud=auto",
             f"--notice-file={NOTICE_FILE}",
-            f"--summary-file={SHARED_DIR}/monitor-summary.jsonl",
+            # Window summaries go to the container log, where the operator reads them.
+            "--summary-stdout",
         ],
         # No GPU request of its own: the NVIDIA runtime exposes the node's GPUs to read through NVML.
         "env": [

@@ -146,6 +146,7 @@ def test_monitor_runs_as_native_sidecar() -> None:
     parsed = args.parse_args(monitor["args"])
     assert (parsed.job, parsed.port, parsed.cloud) == ("llm", 9400, "auto")
     assert parsed.notice_file == "/gpuctl/shared/notice"
+    assert parsed.summary_stdout is True and parsed.summary_file is None  # the operator reads the log
     assert monitor["securityContext"]["readOnlyRootFilesystem"] is True
 
 

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
+import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,8 +23,15 @@ import kmock  # noqa: E402
 import kopf  # noqa: E402
 import kubernetes.client as k8s  # noqa: E402
 
-import operators.kubernetes.handlers  # noqa: E402, F401  (registers the handlers)
+from operators.kubernetes import handlers  # noqa: E402  (importing registers the handlers)
+from operators.kubernetes.reconcile import reconcile_job  # noqa: E402
+from orchestrator.backends.kubernetes import client  # noqa: E402
+from orchestrator.backends.kubernetes.config import KubeConfig  # noqa: E402
 from orchestrator.backends.kubernetes.crd import GROUP, PLURAL, VERSION  # noqa: E402
+from orchestrator.monitor.samples import read_sample_ticks  # noqa: E402
+from orchestrator.monitor.summary import WindowAggregator, unavailable_record  # noqa: E402
+from orchestrator.state.gpu_usage import NO_NVML_MESSAGE, aggregate, usage_window  # noqa: E402
+from tests.operators.kubernetes.fake_pod_logs import FakePodLogs  # noqa: E402
 
 if _saved_interval is None:
     os.environ.pop("GPUCTL_RECONCILE_INTERVAL_S")
@@ -31,14 +43,36 @@ pytestmark = pytest.mark.asyncio
 NS = "default"
 JOB_RES = f"{GROUP}/{VERSION}/{PLURAL}"
 VERBS = {"list", "watch", "get", "create", "patch", "update", "delete"}
+REPLAY = Path(__file__).resolve().parents[2] / "data" / "monitor" / "h100x8_synthetic.jsonl"
 
 
 class Cluster:
-    def __init__(self, emulator: kmock.KubernetesEmulator, url: str) -> None:
+    def __init__(self, emulator: kmock.KubernetesEmulator, url: str, logs: FakePodLogs) -> None:
         self.emulator = emulator
+        self.url = url
+        self.logs = logs
         self.api = k8s.ApiClient(k8s.Configuration(host=url))
         self.core = k8s.CoreV1Api(self.api)
         self.custom = k8s.CustomObjectsApi(self.api)
+        self._stop = asyncio.Event()
+        self._operator: asyncio.Task[None] | None = None
+
+    async def start_operator(self) -> None:
+        """The real operator (kopf with gpuctl's handlers), in this process's event loop."""
+        self._stop, ready = asyncio.Event(), asyncio.Event()
+        self._operator = asyncio.create_task(
+            kopf.operator(clusterwide=True, standalone=True, stop_flag=self._stop, ready_flag=ready)
+        )
+        await asyncio.wait_for(ready.wait(), 10)
+
+    async def stop_operator(self) -> None:
+        if self._operator is None:
+            return
+        self._stop.set()
+        self._operator.cancel()  # kmock's watch streams never end by themselves; no graceful wait needed
+        with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+            await asyncio.wait_for(self._operator, 5)
+        self._operator = None
 
     async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return await asyncio.to_thread(fn, *args, **kwargs)
@@ -77,22 +111,17 @@ async def cluster(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Cluster]:
     emulator.resources[JOB_RES] = kmock.ResourceInfo(
         kind="GPUJob", namespaced=True, verbs=VERBS, subresources={"status"}, shortnames={"gj"}
     )
+    logs = FakePodLogs()
+    logs.install(emulator)
     async with emulator, kmock.Server(emulator) as server:
         url = str(server.url).rstrip("/")
         monkeypatch.setenv("GPUCTL_KUBE_API_URL", url)
-        stop = asyncio.Event()
-        ready = asyncio.Event()
-        task = asyncio.create_task(
-            kopf.operator(clusterwide=True, standalone=True, stop_flag=stop, ready_flag=ready)
-        )
-        await asyncio.wait_for(ready.wait(), 10)
+        cluster = Cluster(emulator, url, logs)
+        await cluster.start_operator()
         try:
-            yield Cluster(emulator, url)
+            yield cluster
         finally:
-            stop.set()
-            task.cancel()  # kmock's watch streams never end by themselves; no graceful wait needed
-            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
-                await asyncio.wait_for(task, 5)
+            await cluster.stop_operator()
 
 
 def gpujob(name: str, nodes: Any) -> dict[str, Any]:
@@ -249,3 +278,102 @@ async def test_delete_cleans_up_pods_and_service(cluster: Cluster) -> None:
         return False
 
     await cluster.wait_for("GPUJob e deleted (finalizer released)", gone)
+
+
+def monitor_lines(end_ago_s: float) -> list[tuple[float, str]]:
+    """The replay summarised by the real window code in 10 s windows, shifted to end ``end_ago_s``
+    before now: (window end, the JSON line the sidecar prints at about that time)."""
+    ticks = list(read_sample_ticks(REPLAY))
+    shift = time.time() - end_ago_s - ticks[-1][0].time
+    aggregator = WindowAggregator(window_s=10.0, interval_s=1.0, job_id="g")
+    lines = []
+    for tick in ticks:
+        finished = aggregator.add([replace(s, time=s.time + shift) for s in tick])
+        if finished:
+            lines.append((float(finished["end"]), json.dumps(finished, separators=(",", ":"))))
+    return lines
+
+
+def usage_of(lines_by_pod: dict[str, list[tuple[float, str]]]) -> dict[str, Any]:
+    windows = [
+        usage_window(pod, json.loads(line)) for pod, lines in lines_by_pod.items() for _, line in lines
+    ]
+    usage = aggregate(windows)
+    assert usage is not None
+    return {k: v for k, v in usage.to_dict().items() if v is not None}
+
+
+async def test_gpu_usage_from_monitor_logs_counts_each_window_once_across_restarts(cluster: Cluster) -> None:
+    await create_job(cluster, "g", 2)
+    await pods_when(cluster, lambda ps: len(ps) == 2)
+    lines = monitor_lines(end_ago_s=5.0)
+    assert len(lines) == 11
+    cluster.logs.write(NS, "g-n0", "monitor", "gpuctl monitor: serving /metrics on 0.0.0.0:9400")
+    for end, line in lines[:6]:
+        cluster.logs.write(NS, "g-n0", "monitor", line, at=end)
+    for end, line in lines[:3]:
+        cluster.logs.write(NS, "g-n1", "monitor", line, at=end)
+    cluster.logs.write(NS, "g-n0", "trainer", lines[7][1])  # not the monitor's: never read
+    for p in ("g-n0", "g-n1"):
+        await set_pod_status(cluster, p, RUNNING)
+
+    want = usage_of({"g-n0": lines[:6], "g-n1": lines[:3]})
+    assert want["monitors"] == 2 and want["windows"] == 9
+    job = await job_when(cluster, "g", lambda st: (st.get("gpuUsage") or {}).get("windows") == 9)
+    assert job["status"]["gpuUsage"] == want
+
+    # Many reconciles re-read the last minute of each log and count nothing again.
+    await asyncio.sleep(1.0)
+    assert (await cluster.job("g"))["status"]["gpuUsage"] == want
+
+    # A restarted operator knows only what the API server has: reconcile with a fresh client and
+    # nothing in memory, between kopf's reconciles (its per-job lock). kopf itself is not restarted:
+    # kmock's server stops answering in this event loop once kopf's watch streams are cut.
+    for end, line in lines[6:]:
+        cluster.logs.write(NS, "g-n0", "monitor", line, at=end)
+    want = usage_of({"g-n0": lines, "g-n1": lines[:3]})
+
+    def fresh_reconcile() -> None:
+        with handlers._locks[(NS, "g")]:
+            reconcile_job("g", NS, KubeConfig(), datetime.now(UTC), client.api_client_for(cluster.url))
+
+    for _ in range(3):
+        await cluster.call(fresh_reconcile)
+    assert (await cluster.job("g"))["status"]["gpuUsage"] == want and want["windows"] == 14
+    await asyncio.sleep(1.0)  # and kopf's reconciles after it
+    job = await cluster.job("g")
+    assert job["status"]["gpuUsage"] == want
+    ends = {m["monitor"]: m["lastWindowEnd"] for m in job["status"]["gpuMonitors"]}
+    assert ends == {"g-n0/attempt-1": lines[-1][0], "g-n1/attempt-1": lines[2][0]}
+
+    asked = [r for r in cluster.logs.requests if r["pod"] == "g-n0"]
+    assert asked and all(r["container"] == "monitor" for r in asked)
+    assert "sinceSeconds" not in asked[0] and all("sinceSeconds" in r for r in asked[-3:])
+    assert all(int(r["sinceSeconds"]) < 200 for r in asked[-3:])  # not the whole log again
+
+
+async def test_monitor_without_nvml_leaves_a_message_and_no_usage(cluster: Cluster) -> None:
+    await create_job(cluster, "h", 1)
+    await pods_when(cluster, lambda ps: len(ps) == 1)
+    record = unavailable_record("h", "no_nvml", "NVML Shared Library Not Found")
+    cluster.logs.write(NS, "h-n0", "monitor", json.dumps(record))
+    await set_pod_status(cluster, "h-n0", RUNNING)
+    job = await job_when(cluster, "h", lambda st: "gpuMonitorMessage" in st)
+    assert job["status"]["gpuMonitorMessage"] == NO_NVML_MESSAGE and "gpuUsage" not in job["status"]
+
+
+async def test_unreadable_monitor_log_is_read_later_without_losing_windows(cluster: Cluster) -> None:
+    await create_job(cluster, "k", 1)
+    await pods_when(cluster, lambda ps: len(ps) == 1)
+    lines = monitor_lines(end_ago_s=5.0)[:4]
+    for end, line in lines:
+        cluster.logs.write(NS, "k-n0", "monitor", line, at=end)
+    cluster.logs.failing.add("k-n0")
+    await set_pod_status(cluster, "k-n0", RUNNING)
+    await job_when(cluster, "k", lambda st: st.get("state") == "RUNNING")  # the reconcile goes on
+    await asyncio.sleep(1.0)
+    assert sum(r["pod"] == "k-n0" for r in cluster.logs.requests) >= 2
+    assert "gpuUsage" not in (await cluster.job("k"))["status"]
+    cluster.logs.failing.clear()
+    job = await job_when(cluster, "k", lambda st: "gpuUsage" in st)
+    assert job["status"]["gpuUsage"] == usage_of({"k-n0": lines})

@@ -1,0 +1,58 @@
+"""Pod logs for kmock's emulated API server, which has none: ``GET .../pods/NAME/log`` served at HTTP level.
+
+Like the kubelet behind a real API server: a line is kept with the time it was logged, ``container`` is
+required (the gpuctl pods have two), ``sinceSeconds`` returns the lines logged since then, and the body
+is ``text/plain``. Not modelled: log rotation, ``previous``, ``sinceTime``, ``tailLines``, ``limitBytes``,
+streams, and a 400 for a container that has not started.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import kmock
+
+LOG_PATH = re.compile(r"/api/v1/namespaces/[^/]+/pods/[^/]+/log")
+
+
+@dataclass
+class FakePodLogs:
+    lines: defaultdict[tuple[str, str, str], list[tuple[float, str]]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
+    """(namespace, pod, container) -> (logged at, line), oldest first."""
+    requests: list[dict[str, str]] = field(default_factory=list)
+    """Query parameters of each request, with ``pod`` and ``namespace`` added."""
+    failing: set[str] = field(default_factory=set)
+    """Pods whose log requests get a 500 (an API server or kubelet in trouble)."""
+
+    def install(self, emulator: kmock.KubernetesEmulator) -> None:
+        emulator["get", LOG_PATH] << self.serve
+
+    def write(self, namespace: str, pod: str, container: str, text: str, at: float | None = None) -> None:
+        for line in text.splitlines():
+            self.lines[(namespace, pod, container)].append((time.time() if at is None else at, line))
+
+    def serve(self, request: kmock.Request) -> kmock.Response:
+        params = dict(request.params)
+        self.requests.append({**params, "pod": str(request.name), "namespace": str(request.namespace)})
+        if request.name in self.failing:
+            return _status(500, f"Get https://node:10250/containerLogs/{request.name}: connection refused")
+        container = params.get("container")
+        if not container:
+            return _status(400, f"a container name must be specified for pod {request.name}")
+        since = params.get("sinceSeconds")
+        oldest = time.time() - int(since) if since is not None else float("-inf")
+        logged = self.lines.get((str(request.namespace), str(request.name), container), [])
+        body = "".join(f"{line}\n" for at, line in logged if at >= oldest)
+        return kmock.Response(status=200, payload=body.encode(), headers={"Content-Type": "text/plain"})
+
+
+def _status(code: int, message: str) -> kmock.Response:
+    body: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message,
+                            "reason": "BadRequest" if code == 400 else "InternalError", "code": code}  # fmt: skip
+    return kmock.Response(status=code, payload=body)
