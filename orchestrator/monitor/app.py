@@ -34,6 +34,17 @@ class SampleSource(Protocol):
     def close(self) -> None: ...
 
 
+class NoGpuSource:
+    """No NVML and ``--keep-running``: no samples (an empty /metrics, no windows), while the
+    monitor's other duty, watching for preemption notices, goes on."""
+
+    def sample(self) -> list[GpuSample]:
+        return []
+
+    def close(self) -> None:
+        pass
+
+
 def parse_duration_s(text: str) -> float:
     """'60', '60s', '2m', '0.5s' -> seconds."""
     units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -91,6 +102,12 @@ def add_monitor_arguments(parser: argparse.ArgumentParser) -> None:
         "--notice-file",
         default=os.environ.get(ENV_NOTICE_FILE),
         help=f"on a notice, create this file (default ${ENV_NOTICE_FILE})",
+    )
+    parser.add_argument(
+        "--keep-running",
+        action="store_true",
+        help="without NVML, keep running (preemption notices, empty /metrics) instead of exiting 3; "
+        "for sidecars that are restarted when they exit",
     )
     parser.add_argument("--once", action="store_true", help="print one sample per GPU and exit")
     parser.add_argument("-o", "--output", choices=["text", "json"], default="text", help="--once format")
@@ -190,12 +207,16 @@ def run_monitor(args: argparse.Namespace, log: Callable[[str], None] | None = No
     if args.once:
         return run_once(args)
     writer = summary_writer(args)
+    source: SampleSource
     try:
         source = open_source(args)
     except EnvironmentProblem as err:  # no NVML: say so in the summary file too, for the controller
         if writer is not None:
             writer.write(unavailable_record(args.job or None, "no_nvml", err.what))
-        raise
+        if not args.keep_running:
+            raise
+        emit(f"{err.what}: measuring nothing; still watching for preemption notices")
+        source = NoGpuSource()
     collector = GpuCollector(job=args.job)
     monitor = Monitor(
         source,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from orchestrator.monitor.samples import GpuSample
@@ -28,3 +30,55 @@ def make_sample(
     }
     fields.update(extra)
     return GpuSample(**fields)  # type: ignore[arg-type]
+
+
+ACTION = {"action": "terminate", "time": "2026-11-22T06:30:00Z"}
+
+
+class FakeMetadata(ThreadingHTTPServer):
+    """IMDSv2 (token required) and GCP metadata (Metadata-Flavor required) in one server."""
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.notice = False
+        self.tokens: set[str] = set()
+        self.token_requests = 0
+        self.unauthorized = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: FakeMetadata
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def _send(self, status: int, body: str = "") -> None:
+        data = body.encode()
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_PUT(self) -> None:
+        if self.path != "/latest/api/token" or not self.headers.get("X-aws-ec2-metadata-token-ttl-seconds"):
+            return self._send(400)
+        self.server.token_requests += 1
+        token = f"token-{self.server.token_requests}"
+        self.server.tokens.add(token)
+        return self._send(200, token)
+
+    def do_GET(self) -> None:
+        if self.path == "/latest/meta-data/spot/instance-action":
+            if self.headers.get("X-aws-ec2-metadata-token") not in self.server.tokens:
+                self.server.unauthorized += 1
+                return self._send(401)
+            return self._send(200, json.dumps(ACTION)) if self.server.notice else self._send(404, "Not Found")
+        if self.path == "/computeMetadata/v1/instance/preempted":
+            if self.headers.get("Metadata-Flavor") != "Google":
+                return self._send(403)
+            return self._send(200, "TRUE" if self.server.notice else "FALSE")
+        return self._send(404)

@@ -12,7 +12,7 @@ from orchestrator.cli.main import build_parser, main
 from orchestrator.errors import EnvironmentProblem, NotFoundError, UserError
 from orchestrator.monitor.app import parse_duration_s, run_monitor
 from orchestrator.monitor.samples import GpuSample, ReplaySource, read_sample_ticks
-from tests.monitor.monitor_helpers import H100X8, make_sample
+from tests.monitor.monitor_helpers import H100X8, FakeMetadata, make_sample
 
 
 def test_recorded_file_has_eight_gpus_per_tick() -> None:
@@ -190,3 +190,28 @@ def test_sidecar_process_stops_on_sigterm_and_writes_the_last_window(tmp_path: P
     [window] = [json.loads(line) for line in summary.read_text().splitlines()]
     assert window["gpus"] == 8 and window["duration_s"] > 0
     assert "stopped after" in err
+
+
+def test_without_nvml_keep_running_still_watches_for_notices(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A sidecar on a node without NVML: no GPU windows, but the preemption notice still arrives."""
+    metadata = FakeMetadata()
+    threading.Thread(target=metadata.serve_forever, daemon=True).start()
+    notice_file = tmp_path / "notice"
+    args = build_parser().parse_args(
+        ["monitor", "--keep-running", "--summary-stdout", "--port", "-1", "--job", "j", "--interval", "0.1",
+         "--cloud", "aws", "--metadata-url", metadata.url, "--notice-interval", "0.1",
+         "--notice-file", str(notice_file), "--max-ticks", "30"]
+    )  # fmt: skip
+    metadata.notice = True
+    lines: list[str] = []
+    try:
+        assert run_monitor(args, log=lines.append) == 0
+    finally:
+        metadata.shutdown()
+    if not any("still watching" in line for line in lines):
+        pytest.skip("this machine has NVML")
+    (summary,) = capsys.readouterr().out.splitlines()
+    assert json.loads(summary)["reason"] == "no_nvml"
+    assert json.loads(notice_file.read_text())["cloud"] == "aws"

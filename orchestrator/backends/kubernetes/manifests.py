@@ -195,6 +195,9 @@ def _monitor_container(job: str, name: str, config: KubeConfig) -> dict[str, Any
             f"--notice-file={NOTICE_FILE}",
             # Window summaries go to the container log, where the operator reads them.
             "--summary-stdout",
+            # Without NVML (a node without the NVIDIA runtime) keep polling for notices rather
+            # than exit and be restarted over and over.
+            "--keep-running",
         ],
         # No GPU request of its own: the NVIDIA runtime exposes the node's GPUs to read through NVML.
         "env": [

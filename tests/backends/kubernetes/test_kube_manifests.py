@@ -147,6 +147,7 @@ def test_monitor_runs_as_native_sidecar() -> None:
     assert (parsed.job, parsed.port, parsed.cloud) == ("llm", 9400, "auto")
     assert parsed.notice_file == "/gpuctl/shared/notice"
     assert parsed.summary_stdout is True and parsed.summary_file is None  # the operator reads the log
+    assert parsed.keep_running is True  # without NVML it keeps polling notices instead of crash-looping
     assert monitor["securityContext"]["readOnlyRootFilesystem"] is True
 
 
