@@ -24,7 +24,7 @@ from orchestrator.backends.slurm.config import CONFIG_ENV as SLURM_CONFIG_ENV
 from orchestrator.cli import kube_jobs, slurm_cmd
 from orchestrator.cli.views import job_document, live_table, summary_lines
 from orchestrator.controller.loop import Controller, ControllerLock, spawn_background_controller
-from orchestrator.controller.placement import Candidates, zone_candidates
+from orchestrator.controller.placement import candidates_for
 from orchestrator.costs.budgets import CostConfig, check_submission, load_cost_config, team_month_spent
 from orchestrator.errors import UserError
 from orchestrator.policies import market_policy
@@ -195,8 +195,7 @@ def run_submit(args: argparse.Namespace) -> int:
 
 def _check_budgets(spec: JobSpec, store: JobStore, backend: Backend, now: datetime) -> None:
     """Refuse, with the numbers, a job whose first placement breaks a cap, its budget or its team's."""
-    own = backend.own_placements(spec)
-    found = Candidates(dict(own.spot_by_zone), own.on_demand) if own else zone_candidates(spec)
+    found = candidates_for(spec, backend.own_placements(spec))
     spot, on_demand = found.cheapest_spot, found.on_demand
     first = spot if spot is not None and spec.market.mode is not MarketMode.ON_DEMAND else on_demand
     if first is None:

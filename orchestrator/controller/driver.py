@@ -32,7 +32,7 @@ from orchestrator.controller.actions import (
 )
 from orchestrator.controller.market_choice import MarketView, ZoneMarket, changeover_hours
 from orchestrator.controller.measurements import gpu_measurements, monitor_usage
-from orchestrator.controller.placement import Candidates, zone_candidates
+from orchestrator.controller.placement import Candidates, candidates_for
 from orchestrator.controller.reconcile import JobView, reconcile
 from orchestrator.policies import GpuMeasurement, ZoneHistory
 from orchestrator.spec import JobSpec, spec_from_json
@@ -159,10 +159,7 @@ class Driver:
             if sized_type is not None:
                 resources = spec.resources.model_copy(update={"gpu_types": [sized_type]})
                 spec = spec.model_copy(update={"resources": resources})
-            own = self.backend.own_placements(spec)
-            self._candidates[key] = (
-                Candidates(dict(own.spot_by_zone), own.on_demand) if own else zone_candidates(spec, note)
-            )
+            self._candidates[key] = candidates_for(spec, self.backend.own_placements(spec), note)
         found = self._candidates[key]
         zones = tuple(
             ZoneMarket(zone, spot, self.backend.spot_capacity(job.id, zone, now))

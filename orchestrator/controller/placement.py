@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from orchestrator.backends.base import Placement
+from orchestrator.backends.base import OwnPlacements, Placement
 from orchestrator.catalog.offers import MarketKind, Offer, find_offers
 from orchestrator.errors import UserError
 from orchestrator.spec import GpuChoice, JobSpec
@@ -72,6 +72,11 @@ def zone_candidates(spec: JobSpec, price_note: str = "", offers: Sequence[Offer]
     )
     on_demand = best.get((MarketKind.ON_DEMAND, ""))
     return Candidates({p.zone: p for _, p in spot}, on_demand[1] if on_demand else None)
+
+
+def candidates_for(spec: JobSpec, own: OwnPlacements | None, price_note: str = "") -> Candidates:
+    """The backend's own placements (a SLURM cluster's partitions) when it has them, else the catalog's."""
+    return Candidates(dict(own.spot_by_zone), own.on_demand) if own else zone_candidates(spec, price_note)
 
 
 def placement_candidates(

@@ -128,28 +128,20 @@ def _matches(jobs: list[SlurmJob], name_or_id: str) -> list[SlurmJob]:
     return [j for j in jobs if j.name == full or j.name.startswith(full + "-")]
 
 
-def find_slurm_job(name_or_id: str) -> SlurmJob:
-    """A SLURM job id, a gpuctl job id (``NAME-STAMP``) or a job name (its newest submission)."""
-    matches = _matches(commands.list_jobs(), name_or_id)
-    if not matches:
-        raise NotFoundError(
-            f"no SLURM job '{name_or_id}' is known to slurmctld",
-            "give the SLURM job id or the job name printed by `gpuctl sbatch`; finished jobs are "
-            "forgotten after the cluster's MinJobAge (unless the cluster runs slurmdbd: then give "
-            "the gpuctl job id)",
-        )
-    return max(matches, key=lambda j: j.job_id)
-
-
 def _live_or_recorded(name_or_id: str) -> tuple[list[SlurmJob], dict[int, list[Run]]]:
-    """The gpuctl job's SLURM jobs from slurmctld, else (forgotten after ``MinJobAge``) from
-    slurmdbd: then each SLURM job's runs come from its sacct rows, one per requeue."""
-    try:
-        newest = find_slurm_job(name_or_id)
-    except NotFoundError:
+    """The gpuctl job's SLURM jobs from slurmctld (a SLURM job id, a gpuctl job id or a job name: its
+    newest submission), else (forgotten after ``MinJobAge``) from slurmdbd: then each SLURM job's
+    runs come from its sacct rows, one per requeue."""
+    live = commands.list_jobs()
+    matches = _matches(live, name_or_id)
+    if not matches:
         rows = commands.accounting_jobs(JOB_NAME_PREFIX + name_or_id) if not name_or_id.isdigit() else []
         if not rows:
-            raise
+            raise NotFoundError(
+                f"no SLURM job '{name_or_id}' is known to slurmctld or its accounting",
+                "give the SLURM job id or the job name printed by `gpuctl sbatch`; without slurmdbd, "
+                "finished jobs are forgotten after the cluster's MinJobAge",
+            )
         latest = {row.job_id: row for row in rows}  # rows are oldest first: the newest run wins
         runs: dict[int, list[Run]] = {}
         for row in rows:
@@ -157,8 +149,8 @@ def _live_or_recorded(name_or_id: str) -> tuple[list[SlurmJob], dict[int, list[R
                 run = Run(row.job_id, row.restarts, row.start_time, max(1, row.node_count), row.end_time)
                 runs.setdefault(row.job_id, []).append(run)
         return sorted(latest.values(), key=lambda j: j.job_id), runs
-    jobs = [j for j in commands.list_jobs() if j.name == newest.name] or [newest]
-    return sorted(jobs, key=lambda j: j.job_id), {}
+    newest = max(matches, key=lambda j: j.job_id)
+    return sorted((j for j in live if j.name == newest.name), key=lambda j: j.job_id), {}
 
 
 def status_from_slurm(name_or_id: str, config: SlurmClusterConfig | None = None) -> SlurmJobStatus:
