@@ -5,17 +5,16 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from orchestrator.monitor.samples import read_sample_ticks
-from orchestrator.monitor.summary import WindowAggregator, unavailable_record
+from orchestrator.monitor.summary import unavailable_record
 from orchestrator.state.store import JobStore
 from orchestrator.state.usage import NO_NVML_MESSAGE, UsageStore, usage_from_files
+from tests.state.replay_windows import REPLAY, replay_window_records
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
-REPLAY = Path(__file__).resolve().parents[1] / "data" / "monitor" / "h100x8_synthetic.jsonl"
 
 
 def _job(store: JobStore) -> str:
@@ -27,15 +26,7 @@ def _job(store: JobStore) -> str:
 @pytest.fixture(scope="module")
 def window_lines() -> list[str]:
     """The replay file summarised in 10 s windows, as the monitor writes them."""
-    aggregator = WindowAggregator(window_s=10.0, interval_s=1.0)
-    records: list[dict[str, Any]] = []
-    for tick in read_sample_ticks(REPLAY):
-        finished = aggregator.add(tick)
-        if finished:
-            records.append(finished)
-    last = aggregator.flush()
-    assert last is not None
-    records.append(last)
+    records = replay_window_records(10.0)
     return [json.dumps(r) + "\n" for r in records]
 
 

@@ -4,13 +4,9 @@ from __future__ import annotations
 
 import json
 import random
-from pathlib import Path
-from typing import Any
 
 import pytest
 
-from orchestrator.monitor.samples import read_sample_ticks
-from orchestrator.monitor.summary import WindowAggregator
 from orchestrator.state.gpu_usage import (
     UsageTotals,
     UsageWindow,
@@ -18,21 +14,12 @@ from orchestrator.state.gpu_usage import (
     summary_line_record,
     usage_window,
 )
-
-REPLAY = Path(__file__).resolve().parents[1] / "data" / "monitor" / "h100x8_synthetic.jsonl"
+from tests.state.replay_windows import replay_window_records
 
 
 @pytest.fixture(scope="module")
 def windows() -> list[UsageWindow]:
-    aggregator = WindowAggregator(window_s=7.0, interval_s=1.0)
-    records: list[dict[str, Any]] = []
-    for tick in read_sample_ticks(REPLAY):
-        finished = aggregator.add(tick)
-        if finished:
-            records.append(finished)
-    last = aggregator.flush()
-    assert last is not None
-    records.append(last)
+    records = replay_window_records(7.0)
     return [usage_window(f"n{i % 2}", json.loads(json.dumps(r))) for i, r in enumerate(records)]
 
 
