@@ -5,7 +5,8 @@ Every error a user can cause or meet says *what happened* and *how to fix it*::
     GpuctlError                 root: never raised directly
     ├── UserError               bad input from the user: exit code 2, no traceback
     │   ├── SpecError           a job spec field is wrong (names the field path and YAML line)
-    │   └── NotFoundError       a job, file or resource the user named does not exist
+    │   ├── NotFoundError       a job, file or resource the user named does not exist
+    │   └── MissingExtra        an optional dependency is not installed: names the pip extra
     ├── TemporaryError          worth retrying later (capacity, a cluster manager not answering)
     ├── PermanentError          the operation cannot succeed as asked (no GPU type fits the budget)
     │   └── EnvironmentProblem  the machine lacks something (no NVML, no sbatch): says what to install
@@ -55,6 +56,18 @@ class SpecError(UserError):
 
 class NotFoundError(UserError):
     """Something the user named (a job, a file) does not exist."""
+
+
+class MissingExtra(UserError):
+    """A command needs an optional dependency (a pip extra of gpuctl) that is not installed."""
+
+    def __init__(self, package: str, extra: str, needed_for: str) -> None:
+        self.package = package
+        self.extra = extra
+        super().__init__(
+            f"{needed_for} needs the Python package '{package}', which is not installed",
+            f"pip install 'gpuctl[{extra}]'",
+        )
 
 
 class TemporaryError(GpuctlError):

@@ -30,7 +30,9 @@ def test_mypy_strict_is_clean() -> None:
 
 
 def test_import_layers_hold() -> None:
-    lint = shutil.which("lint-imports")
+    # the script beside this Python first: the venv need not be activated (`.venv/bin/python -m pytest`)
+    beside = Path(sys.executable).parent / "lint-imports"
+    lint = str(beside) if beside.exists() else shutil.which("lint-imports")
     assert lint, "import-linter is a dev dependency: pip install -e '.[dev]'"
     proc = _run(lint)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from orchestrator import extras
 from orchestrator.backends import monitoring
 from orchestrator.backends.base import Backend
 from orchestrator.backends.local.backend import LocalBackend
@@ -38,8 +39,11 @@ SUBMIT_BACKENDS = [*BACKENDS, "kubernetes"]
 """Kubernetes jobs are driven by the in-cluster operator; the CLI only talks to the API server."""
 
 
-def make_backend(name: str, store: JobStore) -> Backend:
+def make_backend(name: str, store: JobStore, launches: bool = False) -> Backend:
+    """The backend ``name``; ``launches``: it will start nodes, so what that needs must be installed."""
     if name == "local":
+        if launches:  # each node is a torchrun agent: refuse before a job is stored that cannot start
+            extras.check("torch", "the local backend (each node runs under torchrun)")
         return LocalBackend(store)
     if name == "slurm":  # the cluster config from $GPUCTL_SLURM_CONFIG or $GPUCTL_HOME/slurm.yaml
         return SlurmBackend(load_cluster_config(), controller_owned=True)
@@ -158,7 +162,7 @@ def run_submit(args: argparse.Namespace) -> int:
         market_policy(spec.market.policy)  # an unknown name fails here, not in the controller
     _use_cluster_config(args)
     store = JobStore()
-    backend = make_backend(args.backend, store)
+    backend = make_backend(args.backend, store, launches=True)
     _check_budgets(
         spec, store, backend, now
     )  # unknown GPU types, impossible zones and budgets fail before anything is stored
@@ -324,7 +328,7 @@ def run_controller(args: argparse.Namespace) -> int:
             f"another gpuctl controller of the {args.backend} backend is already running for {store.home}",
             "stop it first, or use a different GPUCTL_HOME",
         )
-    controller = Controller(store, make_backend(args.backend, store))
+    controller = Controller(store, make_backend(args.backend, store, launches=True))
     controller.start()
     print(f"gpuctl controller running (home {store.home}, backend {args.backend})", flush=True)
     try:

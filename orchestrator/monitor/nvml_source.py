@@ -28,7 +28,8 @@ def _import_pynvml() -> ModuleType:
     except ImportError as exc:
         raise EnvironmentProblem(
             "the NVML Python bindings (nvidia-ml-py) are not installed",
-            "`pip install nvidia-ml-py`, or replay recorded samples with `--source replay FILE`",
+            "pip install 'gpuctl[monitor]' (nvidia-ml-py), or replay recorded samples with "
+            "`--source replay FILE`",
         ) from exc
     module: ModuleType = pynvml
     return module

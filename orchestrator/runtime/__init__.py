@@ -16,13 +16,17 @@ Imports only torch, numpy, the standard library, :mod:`orchestrator.contract` an
 :mod:`orchestrator.errors` (boto3 lazily, for ``s3://`` checkpoints).
 """
 
-from orchestrator.runtime.checkpoint import CheckpointStore, Manifest
-from orchestrator.runtime.data import GlobalBatchSampler, RankBatch
-from orchestrator.runtime.notice import NoticeWatcher, parse_signal
-from orchestrator.runtime.progress import ProgressFile
-from orchestrator.runtime.rng import capture_rng, restore_rng
-from orchestrator.runtime.runtime import Runtime, clone_to_cpu
-from orchestrator.runtime.storage import SLOW_WRITE_ENV, LocalStorage, S3Storage, Storage, open_storage
+from orchestrator import extras
+
+extras.check("torch", "the training runtime (orchestrator.runtime)")  # one clear line, not a traceback
+
+from orchestrator.runtime.checkpoint import CheckpointStore, Manifest  # noqa: E402
+from orchestrator.runtime.data import GlobalBatchSampler, RankBatch  # noqa: E402
+from orchestrator.runtime.notice import NoticeWatcher, parse_signal  # noqa: E402
+from orchestrator.runtime.progress import ProgressFile  # noqa: E402
+from orchestrator.runtime.rng import capture_rng, restore_rng  # noqa: E402
+from orchestrator.runtime.runtime import Runtime, clone_to_cpu  # noqa: E402
+from orchestrator.runtime.storage import SLOW_WRITE_ENV, LocalStorage, S3Storage, Storage, open_storage  # noqa: E402
 
 __all__ = [
     "SLOW_WRITE_ENV",

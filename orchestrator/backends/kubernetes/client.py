@@ -13,10 +13,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from typing import Any
 
+from orchestrator import extras
 from orchestrator.backends.kubernetes.crd import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from orchestrator.backends.kubernetes.manifests import LABEL_JOB
 from orchestrator.errors import (
-    EnvironmentProblem,
     GpuctlError,
     NotFoundError,
     PermanentError,
@@ -37,11 +37,20 @@ except ImportError:  # pragma: no cover - depends on the installation
 
 
 def _require_client() -> None:
-    if not HAVE_CLIENT:  # pragma: no cover
-        raise EnvironmentProblem(
-            "the Kubernetes backend needs the 'kubernetes' Python package",
-            "pip install 'gpuctl[kubernetes]'",
-        )
+    if not HAVE_CLIENT:
+        raise extras.missing("kubernetes", "the Kubernetes backend")
+
+
+def _custom_api(api: Any | None) -> Any:
+    """The custom-objects API on ``api``, or on a client from :func:`api_client`."""
+    _require_client()
+    return k8s.CustomObjectsApi(api or api_client())
+
+
+def _core_api(api: Any | None) -> Any:
+    """The core/v1 API on ``api``, or on a client from :func:`api_client`."""
+    _require_client()
+    return k8s.CoreV1Api(api or api_client())
 
 
 def api_client(kubeconfig: str | None = None, context: str | None = None) -> Any:
@@ -147,7 +156,7 @@ def create_gpujob(spec: JobSpec, namespace: str, api: Any | None = None) -> dict
 
 
 def get_gpujob(name: str, namespace: str, api: Any | None = None) -> dict[str, Any]:
-    custom = k8s.CustomObjectsApi(api or api_client())
+    custom = _custom_api(api)
     obj: dict[str, Any] = _call(
         f"get GPUJob {name}", custom.get_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, name
     )
@@ -155,13 +164,13 @@ def get_gpujob(name: str, namespace: str, api: Any | None = None) -> dict[str, A
 
 
 def list_gpujobs(namespace: str, api: Any | None = None) -> list[dict[str, Any]]:
-    custom = k8s.CustomObjectsApi(api or api_client())
+    custom = _custom_api(api)
     listing = _call("list GPUJobs", custom.list_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL)
     return list(listing.get("items", []))
 
 
 def delete_gpujob(name: str, namespace: str, api: Any | None = None) -> None:
-    custom = k8s.CustomObjectsApi(api or api_client())
+    custom = _custom_api(api)
     _call(
         f"delete GPUJob {name}",
         custom.delete_namespaced_custom_object,
@@ -174,7 +183,7 @@ def delete_gpujob(name: str, namespace: str, api: Any | None = None) -> None:
 
 
 def patch_gpujob_status(name: str, namespace: str, status: dict[str, Any], api: Any | None = None) -> None:
-    custom = k8s.CustomObjectsApi(api or api_client())
+    custom = _custom_api(api)
     _call(
         f"update status of GPUJob {name}",
         custom.patch_namespaced_custom_object_status,
@@ -200,7 +209,7 @@ def list_job_pods(job: str, namespace: str, api: Any | None = None) -> list[dict
 
 def create_pod(pod: dict[str, Any], api: Any | None = None) -> None:
     """Create a pod; one of that name that exists already is left alone (idempotent)."""
-    core = k8s.CoreV1Api(api or api_client())
+    core = _core_api(api)
     meta = pod["metadata"]
     try:
         _call(f"create pod {meta['name']}", core.create_namespaced_pod, meta["namespace"], pod)
@@ -211,7 +220,7 @@ def create_pod(pod: dict[str, Any], api: Any | None = None) -> None:
 
 def delete_pod(name: str, namespace: str, grace_s: float | None = None, api: Any | None = None) -> None:
     """Delete a pod; one that is already gone is fine."""
-    core = k8s.CoreV1Api(api or api_client())
+    core = _core_api(api)
     kwargs: dict[str, Any] = {}
     if grace_s is not None:
         kwargs["grace_period_seconds"] = int(grace_s)
@@ -221,7 +230,7 @@ def delete_pod(name: str, namespace: str, grace_s: float | None = None, api: Any
 
 def ensure_service(service: dict[str, Any], api: Any | None = None) -> None:
     """Create the rendezvous Service unless it exists."""
-    core = k8s.CoreV1Api(api or api_client())
+    core = _core_api(api)
     meta = service["metadata"]
     try:
         _call(f"create service {meta['name']}", core.create_namespaced_service, meta["namespace"], service)
@@ -231,14 +240,14 @@ def ensure_service(service: dict[str, Any], api: Any | None = None) -> None:
 
 
 def delete_service(name: str, namespace: str, api: Any | None = None) -> None:
-    core = k8s.CoreV1Api(api or api_client())
+    core = _core_api(api)
     with suppress(NotFoundError):
         _call(f"delete service {name}", core.delete_namespaced_service, name, namespace)
 
 
 def list_node_names(api: Any | None = None) -> set[str] | None:
     """Names of the cluster's nodes; ``None`` when this account may not list nodes."""
-    core = k8s.CoreV1Api(api or api_client())
+    core = _core_api(api)
     try:
         listing = _call("list nodes", core.list_node)
     except (PermanentError, NotFoundError):
@@ -279,7 +288,7 @@ def read_container_log(
 
     Read as raw bytes: older releases of the client (still allowed by pyproject) parse a log that is a
     single JSON document and return its Python ``str()`` instead of the text."""
-    core = k8s.CoreV1Api(api or api_client())
+    core = _core_api(api)
     kwargs: dict[str, Any] = {"container": container, "_preload_content": False}
     if since_seconds is not None:
         kwargs["since_seconds"] = since_seconds
