@@ -6,9 +6,9 @@ import argparse
 import json
 from typing import Any
 
+from orchestrator.cli.simulate_inputs import resolve_inputs
 from orchestrator.errors import UserError
 from orchestrator.policies.evaluate import evaluate
-from orchestrator.policies.simulator import SimJob
 from orchestrator.policies.traces import load_traces
 
 
@@ -23,20 +23,38 @@ def register(sub: Any) -> None:
         ),
     )
     p.add_argument("--trace", action="append", required=True, metavar="FILE", help="a zone's trace (repeat)")
-    p.add_argument("--compute-hours", type=float, required=True, help="work the job needs, in hours")
-    p.add_argument("--deadline-hours", type=float, required=True, help="deadline, hours after the start")
     p.add_argument(
-        "--changeover-hours", type=float, required=True, help="paid time without progress per launch"
+        "--job",
+        metavar="FILE",
+        help="job spec (job.yaml): work, deadline, changeover, nodes and catalog prices from it; "
+        "the flags below override it",
     )
-    p.add_argument("--on-demand-price", type=float, required=True, metavar="USD", help="per node-hour")
-    p.add_argument("--spot-price", type=float, required=True, metavar="USD", help="per node-hour")
+    p.add_argument(
+        "--compute-hours", type=float, metavar="H", help="work the job needs (default: goals.compute_hours)"
+    )
+    p.add_argument(
+        "--deadline-hours", type=float, metavar="H", help="deadline after the start (default: goals.deadline)"
+    )
+    p.add_argument(
+        "--changeover-hours",
+        type=float,
+        metavar="H",
+        help="paid time without progress per launch (default: market.changeover)",
+    )
+    p.add_argument(
+        "--on-demand-price", type=float, metavar="USD", help="per node-hour (default: the catalog's)"
+    )
+    p.add_argument("--spot-price", type=float, metavar="USD", help="per node-hour (default: the catalog's)")
     p.add_argument(
         "--policy", action="append", default=[], metavar="NAME", help="a policy name or 'all' (repeat)"
     )
     p.add_argument("--starts", type=int, default=100, help="random start points (default 100)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
-        "--nodes", metavar="MIN:MAX", help="elastic job: compare rescale with waiting for all nodes"
+        "--nodes",
+        metavar="MIN:MAX",
+        help="elastic job: compare rescale with waiting for all nodes (default: resources.nodes, "
+        "on traces with node counts)",
     )
     p.add_argument("--scaling-efficiency", type=float, default=0.9, help="speed kept per doubling of nodes")
     p.add_argument("--rendezvous-hours", type=float, default=0.05, help="pause on each resize")
@@ -45,43 +63,19 @@ def register(sub: Any) -> None:
     p.set_defaults(run=run_simulate)
 
 
-def parse_nodes(text: str | None) -> tuple[int, int]:
-    if text is None:
-        return 1, 1
-    try:
-        lo, hi = (int(x) for x in text.split(":"))
-    except ValueError:
-        raise UserError(f"bad --nodes '{text}'", "write MIN:MAX, e.g. --nodes 2:4") from None
-    return lo, hi
-
-
 def run_simulate(args: argparse.Namespace) -> int:
     if args.starts < 1:
         raise UserError("--starts must be at least 1", "give a positive number of start points")
     trace = load_traces(args.trace)
-    lo, hi = parse_nodes(args.nodes)
-    if args.nodes is None and trace.max_count > 1:
-        hi = lo = 1
-    if args.nodes is not None and trace.max_count < lo:
-        raise UserError(
-            f"the traces never offer {lo} nodes (at most {trace.max_count})",
-            "use a multi-node trace or a smaller MIN",
-        )
-    job = SimJob(
-        work_h=args.compute_hours,
-        deadline_h=args.deadline_hours,
-        changeover_h=args.changeover_hours,
-        spot_price=args.spot_price,
-        on_demand_price=args.on_demand_price,
-        min_nodes=lo,
-        max_nodes=hi,
-        scaling_efficiency=args.scaling_efficiency,
-        rendezvous_h=args.rendezvous_hours,
+    inputs = resolve_inputs(args, trace)
+    doc = evaluate(
+        trace, inputs.job, args.policy, args.starts, args.seed, with_omniscient=not args.no_omniscient
     )
-    doc = evaluate(trace, job, args.policy, args.starts, args.seed, with_omniscient=not args.no_omniscient)
+    doc["inputs"] = inputs.to_dict()
     if args.output == "json":
         print(json.dumps(doc, indent=2))
         return 0
+    print(inputs.describe())
     print(render_table(doc, trace.zones, trace.tick_h))
     return 0
 
