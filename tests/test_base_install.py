@@ -70,6 +70,7 @@ def test_the_base_install_has_no_optional_part(base_env: dict[str, str]) -> None
         ["list"],
         ["cost", "report"],
         ["sbatch", str(QUICKSTART), "--dry-run"],
+        ["completion", "bash"],
     ],
     ids=lambda a: " ".join(a[:2]),
 )

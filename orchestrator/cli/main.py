@@ -23,6 +23,7 @@ COMMAND_MODULES = [
     "orchestrator.cli.catalog_cmd",
     "orchestrator.cli.simulate_cmd",
     "orchestrator.cli.slurm_cmd",
+    "orchestrator.cli.completion_cmd",
 ]
 
 
