@@ -167,14 +167,25 @@ def _follow(view: JobView) -> list[Action]:
     gone = [n for n in ended if n.phase in (NodePhase.PREEMPTED, NodePhase.LOST)]  # with or without a notice
     failed = [n for n in ended if n.phase is NodePhase.FAILED]
     finished = view.progress is not None and view.progress.finished
+    # The runtime writes "finished" after the final checkpoint: from then on this attempt's work is done,
+    # whatever ends its nodes (a notice, a reclaim, a node lost while the controller was down).
+    done = finished and view.progress_fresh
 
-    # 6a. Success: every node exited 0 (an elastic survivor may finish alone).
-    if nodes and succeeded and not alive and (len(succeeded) == len(nodes) or finished):
+    # 6a. Success: every node exited 0 (an elastic survivor may finish alone), or training finished in
+    #     this attempt and every node has ended since, reclaimed or not: a finished job is never run again.
+    if (
+        nodes
+        and not alive
+        and ((succeeded and (len(succeeded) == len(nodes) or finished)) or (done and (succeeded or gone)))
+    ):
         return [
             *_close(view, "finished"),
             MarkNodesEnded(_ids(ended)),
             Transition(S.SUCCEEDED, "training finished"),
         ]
+    # 6a'. Training finished and nodes are still exiting: wait for them; a loss now is not a preemption.
+    if done and alive:
+        return []
 
     # 6b. Budget: stop with a checkpoint once the money is spent.
     budget = spec.goals.budget_usd

@@ -223,3 +223,34 @@ def test_max_preemptions_ends_the_job() -> None:
 def test_an_eviction_without_a_notice_time_is_a_preemption_too() -> None:
     actions = reconcile(running(nodes=(node(0, NodePhase.RUNNING), node(1, NodePhase.PREEMPTED, 75))))
     assert targets(actions) == [S.PREEMPTED] and CountPreemption() in actions
+
+
+FINISHED = Progress(step=60, total_steps=60, finished=True)
+
+
+def test_nodes_reclaimed_after_training_finished_end_the_job_succeeded_not_preempted() -> None:
+    """The controller was down while the attempt finished and the market then reclaimed the nodes:
+    the notice is moot, the job must not be preempted and run again."""
+    for phase, notice in ((NodePhase.PREEMPTED, True), (NodePhase.LOST, False)):
+        nodes = (node(0, phase, 143 if notice else None, notice), node(1, NodePhase.SUCCEEDED, 0))
+        v = view("resources: {nodes: 2}\n", status=S.RUNNING, attempt=1, placement=SPOT, nodes=nodes,
+                 open_segment_nodes=2, progress=FINISHED, progress_fresh=True, preempted_in_attempt=notice)  # fmt: skip
+        actions = reconcile(v)
+        assert targets(actions) == [S.SUCCEEDED]
+        assert not [a for a in actions if isinstance(a, (CountPreemption, StartAttempt))]
+        all_reclaimed = tuple(node(i, phase, 143 if notice else None, notice) for i in range(2))
+        assert targets(reconcile(replace(v, nodes=all_reclaimed))) == [S.SUCCEEDED]
+
+
+def test_a_finished_line_from_before_this_segment_does_not_count() -> None:
+    nodes = (node(0, NodePhase.PREEMPTED, 143, True), node(1, NodePhase.PREEMPTED, 143, True))
+    v = view("resources: {nodes: 2}\n", status=S.RUNNING, attempt=2, placement=SPOT, nodes=nodes,
+             open_segment_nodes=2, progress=FINISHED, progress_fresh=False, preempted_in_attempt=True)  # fmt: skip
+    assert targets(reconcile(v)) == [S.PREEMPTED]
+
+
+def test_an_elastic_node_lost_after_training_finished_is_not_a_rescale() -> None:
+    nodes = (node(0, NodePhase.RUNNING), node(1, NodePhase.LOST))
+    v = view("resources: {nodes: {min: 1, max: 2}}\n", status=S.RUNNING, attempt=1, placement=SPOT,
+             nodes=nodes, open_segment_nodes=2, progress=FINISHED, progress_fresh=True)  # fmt: skip
+    assert reconcile(v) == []
