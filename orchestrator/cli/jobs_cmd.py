@@ -110,7 +110,9 @@ def register(sub: Any) -> None:
 
 
 def _backend_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--backend", default="local", choices=SUBMIT_BACKENDS, help="where the job runs (default local)")
+    p.add_argument(
+        "--backend", default="local", choices=SUBMIT_BACKENDS, help="where the job runs (default local)"
+    )
     kube = p.add_argument_group("Kubernetes (--backend kubernetes)")
     kube.add_argument("--namespace", default=kube_jobs.default_namespace(),
                       help="namespace of the GPUJob (default $GPUCTL_NAMESPACE or 'default')")  # fmt: skip

@@ -20,6 +20,8 @@ from orchestrator.errors import GpuctlError, NotFoundError, PermanentError
 from orchestrator.spec import JobSpec
 
 TERMINAL_STATES = ("SUCCEEDED", "FAILED", "CANCELLED")
+FOLLOW_POLL_S = 2.0
+"""How often ``gpuctl logs -f --backend kubernetes`` reads the pods' logs again."""
 TRAINER = "trainer"
 """The container of a gpuctl pod that runs the training command (the other is the GPU monitor)."""
 
@@ -46,7 +48,9 @@ def submit(spec: JobSpec, namespace: str, detach: bool, poll_s: float = 2.0) -> 
             print(f"{datetime.now(UTC).isoformat(timespec='seconds')}  {doc['state']}", flush=True)
             last = doc["state"]
         if doc["state"] in TERMINAL_STATES:
-            print(f"cost {usd(doc['cost_usd'])} USD, attempts {doc['attempts']}, preemptions {doc['preemptions']}")
+            print(
+                f"cost {usd(doc['cost_usd'])} USD, attempts {doc['attempts']}, preemptions {doc['preemptions']}"
+            )
             return 0 if doc["state"] == "SUCCEEDED" else 1
         time.sleep(poll_s)
 
@@ -70,7 +74,7 @@ def _when(text: str) -> datetime:
 
 
 def job_events(name: str, namespace: str) -> list[dict[str, str]]:
-    """The GPUJob's history, oldest first: its status conditions (each at its last transition) and the
+    """The GPUJob's history, oldest first, as local jobs' (time in UTC, kind, message): its conditions (each at its last transition) and the
     core/v1 Events about it (the operator posts each state change and monitor message as one). A user
     not allowed to list Events still gets the conditions, and a note on standard error."""
     obj = client.get_gpujob(name, namespace)
@@ -86,12 +90,14 @@ def job_events(name: str, namespace: str) -> list[dict[str, str]]:
         posted = []
     for event in posted:
         kind = str(event.get("reason") or event.get("type") or "Event")
-        found.append({"time": client.event_time(event), "kind": kind, "message": str(event.get("message", ""))})
+        found.append(
+            {"time": client.event_time(event), "kind": kind, "message": str(event.get("message", ""))}
+        )
     found.sort(key=lambda e: _when(e["time"]))
-    return found
+    return [{**e, "time": _when(e["time"]).isoformat(timespec="seconds")} for e in found]
 
 
-def logs(name: str, namespace: str, follow: bool = False, poll_s: float = 2.0) -> int:
+def logs(name: str, namespace: str, follow: bool = False) -> int:
     """The trainer output of the job's pods, each line headed by its pod. ``follow``: keep reading, by
     polling, until the GPUJob is terminal (or deleted); a pod started again under the same name (a new
     attempt) is printed from its first line."""
@@ -106,13 +112,15 @@ def logs(name: str, namespace: str, follow: bool = False, poll_s: float = 2.0) -
             return 0
         pods = sorted(client.list_job_pods(name, namespace), key=lambda p: str(p["metadata"]["name"]))
         if not pods and not follow:
-            raise NotFoundError(f"job {name} has no pods in namespace {namespace}", "check `kubectl get gj -n NS`")
+            raise NotFoundError(
+                f"job {name} has no pods in namespace {namespace}", "check `kubectl get gj -n NS`"
+            )
         for pod in pods:
             _print_new_lines(pod, namespace, printed)
         sys.stdout.flush()
         if ended or not follow:
             return 0
-        time.sleep(poll_s)
+        time.sleep(FOLLOW_POLL_S)
 
 
 def _print_new_lines(pod: dict[str, Any], namespace: str, printed: dict[str, int]) -> None:

@@ -16,7 +16,9 @@ from rich.table import Table
 TABLE, WIDE, JSON = "table", "wide", "json"
 
 
-def add_output_option(parser: argparse.ArgumentParser, *, wide: bool = False, more: Sequence[str] = ()) -> None:
+def add_output_option(
+    parser: argparse.ArgumentParser, *, wide: bool = False, more: Sequence[str] = ()
+) -> None:
     """``-o/--output``: ``table`` (the default) and ``json`` everywhere; ``wide`` shows every column."""
     choices = [TABLE, *([WIDE] if wide else []), JSON, *more]
     extra = "; wide: every column, however narrow the terminal" if wide else ""
@@ -61,7 +63,7 @@ def fitted_table(columns: Sequence[Column], rows: Sequence[dict[str, Any]], widt
     first) until it fits; kept columns are never truncated. ``wide``: every column, whatever the width."""
     shown = [c for c in columns if wide or not c.wide_only]
     cells = {c.header: [c.cell(r) for r in rows] for c in shown}
-    console = Console(width=width)
+    measuring = Console(width=100_000)  # a table's measure is capped at the console's width
     while True:
         table = Table(title=title)
         for c in shown:
@@ -72,6 +74,6 @@ def fitted_table(columns: Sequence[Column], rows: Sequence[dict[str, Any]], widt
         for i in range(len(rows)):
             table.add_row(*(cells[c.header][i] for c in shown))
         optional = [c for c in shown if c.drop is not None]
-        if wide or not optional or console.measure(table).maximum <= width:
+        if wide or not optional or measuring.measure(table).maximum <= width:
             return table
         shown.remove(max(optional, key=lambda c: c.drop or 0))

@@ -146,7 +146,10 @@ def _progress(progress: Progress | None) -> ProgressDoc | None:
     if progress is None:
         return None
     return ProgressDoc(
-        step=progress.step, total_steps=progress.total_steps, loss=progress.loss, world_size=progress.world_size
+        step=progress.step,
+        total_steps=progress.total_steps,
+        loss=progress.loss,
+        world_size=progress.world_size,
     )
 
 

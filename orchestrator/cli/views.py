@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from rich.console import Console
 from rich.table import Table
 
 from orchestrator.cli.output import JSON, WIDE, Column, fitted_table, print_json, terminal_console, usd
@@ -85,7 +86,9 @@ def _detail_lines(details: dict[str, Any]) -> list[str]:
     if details.get("gpu_monitor_message"):
         lines.append(str(details["gpu_monitor_message"]))
     for cond in details.get("conditions") or []:
-        lines.append(f"  {cond.get('type')}={cond.get('status')} {cond.get('reason', '')}: {cond.get('message', '')}")
+        lines.append(
+            f"  {cond.get('type')}={cond.get('status')} {cond.get('reason', '')}: {cond.get('message', '')}"
+        )
     return lines
 
 
@@ -127,8 +130,9 @@ def print_jobs(docs: list[dict[str, Any]], output: str) -> None:
     if output == JSON:
         print_json(docs)
         return
-    console = terminal_console()
-    console.print(fitted_table(JOB_COLUMNS, docs, console.width, wide=output == WIDE))
+    wide = output == WIDE  # every column, one line per job, as long as it takes (as kubectl's wide)
+    console = Console(width=100_000) if wide else terminal_console()
+    console.print(fitted_table(JOB_COLUMNS, docs, console.width, wide=wide))
 
 
 def print_status(doc: dict[str, Any], output: str) -> None:

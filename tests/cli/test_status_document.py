@@ -68,7 +68,10 @@ def test_schema_command_prints_the_schema(schema: dict[str, Any], capsys: pytest
 
 
 def test_local_status_validates(
-    schema: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    schema: dict[str, Any],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.setenv("GPUCTL_HOME", str(tmp_path))
     job_id = _preempted_local_job(JobStore(tmp_path))
@@ -76,8 +79,15 @@ def test_local_status_validates(
     doc = valid(json.loads(capsys.readouterr().out), schema)
     assert doc["state"] == "FAILED" and doc["failure_reason"] == "too_many_restarts"
     [seg] = doc["segments"]
-    assert (seg["attempt"], seg["zone"], seg["end_reason"], seg["cost_usd"]) == (1, "use1-az1", "preempted", 2.0)
-    assert doc["on_demand_equivalent_usd"] == 6.0 and doc["savings_usd"] == 4.0 and doc["backend_details"] == {}
+    assert (seg["attempt"], seg["zone"], seg["end_reason"], seg["cost_usd"]) == (
+        1,
+        "use1-az1",
+        "preempted",
+        2.0,
+    )
+    assert (
+        doc["on_demand_equivalent_usd"] == 6.0 and doc["savings_usd"] == 4.0 and doc["backend_details"] == {}
+    )
     assert main(["list", "-o", "json"]) == 0
     [listed] = json.loads(capsys.readouterr().out)
     assert valid(listed, schema)["id"] == job_id
@@ -119,11 +129,18 @@ def test_kubernetes_status_validates(schema: dict[str, Any]) -> None:
     obj = {"apiVersion": "gpuctl.dev/v1alpha1", "kind": "GPUJob", "spec": spec.to_dict(), "status": status,
            "metadata": {"name": "j", "namespace": "ml", "creationTimestamp": "2026-11-22T12:00:00Z"}}  # fmt: skip
     doc = valid(kubernetes_document(obj, NOW + timedelta(minutes=62)).as_json(), schema)
-    assert (doc["backend"], doc["user"], doc["team"], doc["state"]) == ("kubernetes", "ann", "ml", "LAUNCHING")
+    assert (doc["backend"], doc["user"], doc["team"], doc["state"]) == (
+        "kubernetes",
+        "ann",
+        "ml",
+        "LAUNCHING",
+    )
     assert [s["attempt"] for s in doc["segments"]] == [1, 2]
     assert [s["zone"] for s in doc["segments"]] == ["us-east-1a", "us-east-1a"]
     hours = 61 / 60  # placed at minute 0, evicted at 61, placed again at 62 (now)
-    assert doc["segments"][0]["cost_usd"] == pytest.approx(10.0 * hours) and doc["segments"][1]["cost_usd"] == 0
+    assert (
+        doc["segments"][0]["cost_usd"] == pytest.approx(10.0 * hours) and doc["segments"][1]["cost_usd"] == 0
+    )
     assert doc["segments"][0]["end_reason"] == "preempted" and doc["segments"][1]["ended_at"] is None
     assert doc["on_demand_equivalent_usd"] == pytest.approx(40.0 * hours, abs=1e-5)
     assert doc["gpu_hours"] == pytest.approx(8 * hours, abs=1e-5) and doc["nodes"] == 1
