@@ -76,7 +76,7 @@ class StatusDocument(_Part):
     cost_is_simulated: bool = Field(description="local nodes are priced as the instance they stand for")
     segments: list[SegmentDoc]
     progress: ProgressDoc | None = Field(description="the newest training progress line, if any")
-    metrics: dict[str, float] | None = Field(description="final metrics the training script reported")
+    metrics: dict[str, Any] | None = Field(description="final metrics the training script reported")
     gpu_usage: GpuUsage | None = Field(description="what the GPU monitors measured; null until a window")
     backend_details: dict[str, Any] = Field(description="what only this backend has (see docs/output.md)")
 

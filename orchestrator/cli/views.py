@@ -50,7 +50,7 @@ def summary_lines(doc: dict[str, Any]) -> list[str]:
     lines = [f"job {doc['id']} {doc['state']}{failure}: {doc['message'] or '-'}"]
     metrics = doc.get("metrics") or {}
     if metrics:
-        lines.append("final metrics: " + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
+        lines.append("final metrics: " + ", ".join(f"{k} {_number(v)}" for k, v in metrics.items()))
     lines.append(f"attempts {doc['attempts']}, preemptions {doc['preemptions']}, restarts {doc['restarts']}")
     cost, od = doc["cost_usd"], doc["on_demand_equivalent_usd"]
     saved = f" ({100 * (od - cost) / od:.0f}% saved)" if od else ""
@@ -70,6 +70,10 @@ def summary_lines(doc: dict[str, Any]) -> list[str]:
             f" {seg['zone'] or '-'} for {span}, {usd(seg['cost_usd'])} USD ({ended})"
         )
     return lines + _detail_lines(doc["backend_details"])
+
+
+def _number(value: Any) -> str:
+    return f"{value:.4f}" if isinstance(value, float) else str(value)
 
 
 def _detail_lines(details: dict[str, Any]) -> list[str]:

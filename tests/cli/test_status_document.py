@@ -22,6 +22,7 @@ from orchestrator.cli.status_document import (
     slurm_document,
     status_json_schema,
 )
+from orchestrator.cli.views import summary_lines
 from orchestrator.spec import JobSpec
 from orchestrator.state.status import FailureReason, JobStatus
 from orchestrator.state.store import JobStore, StoreWrites
@@ -159,3 +160,12 @@ def test_every_backend_has_the_same_keys(tmp_path: Path) -> None:
     assert set(local) == set(gpujob) and set(local["segments"][0]) == set(gpujob["segments"][0])
     assert gpujob["failure_reason"] is None and gpujob["segments"][0]["attempt"] is None
     assert gpujob["on_demand_equivalent_usd"] is None and gpujob["nodes"] is None
+
+
+def test_metrics_of_any_kind_are_shown(tmp_path: Path) -> None:
+    store = JobStore(tmp_path)
+    job = store.job(_preempted_local_job(store))
+    summary = {"metrics": {"accuracy": 0.91234, "best_epoch": 3, "note": "early stop"}}
+    doc = local_document(job, store.segments(job.id), None, summary, NOW).as_json()
+    assert doc["metrics"] == summary["metrics"]
+    assert "final metrics: accuracy 0.9123, best_epoch 3, note early stop" in summary_lines(doc)
