@@ -170,16 +170,25 @@ class _Applier:
 
     def _open(self, nodes: int) -> None:
         placement = self._placement()
-        self.status["segments"].append(
-            {
-                "start": iso(self.now),
-                "end": None,
-                "nodes": nodes,
-                "gpuType": placement.gpu_type if placement else "",
-                "market": str(placement.market) if placement else "",
-                "nodePriceUsdPerHour": placement.node_price_usd_per_hour if placement else 0.0,
-            }
-        )
+        segment: dict[str, Any] = {
+            "start": iso(self.now),
+            "end": None,
+            "attempt": int(self.status.get("attempt", 0)),
+            "nodes": nodes,
+            "gpuType": placement.gpu_type if placement else "",
+            "market": str(placement.market) if placement else "",
+            "nodePriceUsdPerHour": placement.node_price_usd_per_hour if placement else 0.0,
+        }
+        if placement is not None:  # what `gpuctl status` shows of each segment on every backend
+            segment.update(
+                zone=placement.zone,
+                cloud=placement.cloud,
+                instanceType=placement.instance_type,
+                gpusPerNode=placement.gpus_per_node,
+                onDemandNodePriceUsdPerHour=placement.on_demand_node_price_usd_per_hour,
+                priceSource=placement.price_source,
+            )
+        self.status["segments"].append(segment)
 
     def _alive(self) -> list[str]:
         return [n.node_id for n in self.view.nodes if not n.phase.ended]

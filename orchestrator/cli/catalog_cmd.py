@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 from rich.console import Console
@@ -12,13 +11,14 @@ from rich.table import Table
 from orchestrator.catalog.override import current_offers
 from orchestrator.catalog.refresh import refresh_aws
 from orchestrator.catalog.summary import GpuSummary, summarize
+from orchestrator.cli.output import add_output_option, print_json, usd
 
 
 def register(sub: Any) -> None:
     gpus = sub.add_parser("gpus", help="GPU types on offer with the cheapest on-demand and spot prices")
     gpus.add_argument("--cloud", choices=["aws", "gcp", "azure"], help="only this cloud")
     gpus.add_argument("--gpu", metavar="NAME", help="one GPU type: one line per instance type")
-    gpus.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    add_output_option(gpus)
     gpus.set_defaults(run=run_gpus)
 
     catalog = sub.add_parser("catalog", help="the price catalog")
@@ -31,34 +31,30 @@ def register(sub: Any) -> None:
     refresh.set_defaults(run=run_refresh)
 
 
-def _usd(x: float | None) -> str:
-    return "-" if x is None else f"${x:,.3f}"
-
-
 def _as_dict(s: GpuSummary) -> dict[str, Any]:
     return {
         "gpu": s.gpu_type,
-        "gpuCount": s.gpu_count,
-        "availableCounts": list(s.counts),
-        "gpuMemoryGiB": s.gpu_memory_gib,
-        "instanceType": s.instance_type or None,
+        "gpu_count": s.gpu_count,
+        "available_counts": list(s.counts),
+        "gpu_memory_gib": s.gpu_memory_gib,
+        "instance_type": s.instance_type or None,
         "clouds": list(s.clouds),
-        "onDemandUsdPerHour": s.on_demand_usd,
-        "onDemandWhere": s.on_demand_where or None,
-        "spotUsdPerHour": s.spot_usd,
-        "spotWhere": s.spot_where or None,
-        "spotSaving": s.saving,
-        "perGpu": s.gpu_count is None,
-        "priceSource": s.price_source,
+        "on_demand_usd_per_hour": s.on_demand_usd,
+        "on_demand_where": s.on_demand_where or None,
+        "spot_usd_per_hour": s.spot_usd,
+        "spot_where": s.spot_where or None,
+        "spot_saving": s.saving,
+        "per_gpu": s.gpu_count is None,
+        "price_source": s.price_source,
     }
 
 
 def _table(rows: list[GpuSummary], per_gpu: bool) -> Table:
-    unit = "$/GPU-h" if per_gpu else "$/h"
+    unit = "USD/GPU-h" if per_gpu else "USD/h"
     table = Table(title="GPUs on offer (cheapest of all regions and zones)")
     first = ["GPU", "GPUs/node", "Memory"] if per_gpu else ["GPU", "Qty", "Memory", "Instance"]
     for name in [*first, "Clouds", f"On-demand {unit}", "Where", f"Spot {unit}", "Where", "Saving"]:
-        table.add_column(name, justify="right" if "$" in name or name in ("Qty", "Saving") else "left")
+        table.add_column(name, justify="right" if "USD" in name or name in ("Qty", "Saving") else "left")
     for s in rows:
         saving = "-" if s.saving is None else f"{100 * s.saving:.0f}%"
         lead = [s.gpu_type, ",".join(map(str, s.counts)), f"{s.gpu_memory_gib:.4g} GiB"]
@@ -67,9 +63,9 @@ def _table(rows: list[GpuSummary], per_gpu: bool) -> Table:
         table.add_row(
             *lead,
             ",".join(s.clouds),
-            _usd(s.on_demand_usd),
+            usd(s.on_demand_usd),
             s.on_demand_where,
-            _usd(s.spot_usd),
+            usd(s.spot_usd),
             s.spot_where,
             saving,
         )
@@ -81,7 +77,7 @@ def _table(rows: list[GpuSummary], per_gpu: bool) -> Table:
 def run_gpus(args: argparse.Namespace) -> int:
     rows = summarize(current_offers(), gpu=args.gpu, cloud=args.cloud)
     if args.output == "json":
-        print(json.dumps([_as_dict(s) for s in rows], indent=2))
+        print_json([_as_dict(s) for s in rows])
     else:
         Console(width=170).print(_table(rows, per_gpu=args.gpu is None))
     return 0

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -12,7 +11,6 @@ from typing import Any
 
 from rich.console import Console
 from rich.live import Live
-from rich.table import Table
 
 from orchestrator import extras
 from orchestrator.backends import monitoring
@@ -23,13 +21,16 @@ from orchestrator.backends.progress import read_progress
 from orchestrator.backends.slurm import SlurmBackend, load_cluster_config
 from orchestrator.backends.slurm.config import CONFIG_ENV as SLURM_CONFIG_ENV
 from orchestrator.cli import kube_jobs, slurm_cmd
-from orchestrator.cli.views import job_document, live_table, summary_lines
+from orchestrator.cli.output import add_output_option, print_json
+from orchestrator.cli.status_document import local_document
+from orchestrator.cli.views import live_table, print_jobs, print_status, summary_lines
 from orchestrator.controller.loop import Controller, ControllerLock, spawn_background_controller
 from orchestrator.controller.placement import candidates_for
 from orchestrator.costs.budgets import CostConfig, check_submission, load_cost_config, team_month_spent
-from orchestrator.errors import UserError
+from orchestrator.errors import NotFoundError, UserError
 from orchestrator.policies import market_policy
 from orchestrator.spec import JobSpec, MarketMode, load_spec_file, parse_deadline
+from orchestrator.state.records import JobRecord
 from orchestrator.state.store import JobStore
 from orchestrator.state.usage import UsageStore
 
@@ -75,25 +76,27 @@ def register(sub: Any) -> None:
     market.add_argument("--trace-start-tick", type=int, default=0)
     p.set_defaults(run=run_submit)
 
-    p = sub.add_parser("list", help="list jobs")
+    p = sub.add_parser("list", help="list jobs (ID and STATE are never cut; -o wide: every column)")
     _backend_options(p)
-    p.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    add_output_option(p, wide=True)
     p.set_defaults(run=run_list)
 
     p = sub.add_parser("status", help="show one job (--backend slurm: ask SLURM, no controller state)")
     _backend_options(p)
     p.add_argument("job", help="job id or name (--backend slurm: also a SLURM job id)")
-    p.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    add_output_option(p)
     p.set_defaults(run=run_status)
 
-    p = sub.add_parser("events", help="a job's event history")
+    p = sub.add_parser("events", help="a job's event history (Kubernetes: its conditions and Events)")
+    _backend_options(p)
     p.add_argument("job")
+    add_output_option(p)
     p.set_defaults(run=run_events)
 
     p = sub.add_parser("logs", help="a job's output, all nodes and attempts")
     _backend_options(p)
     p.add_argument("job")
-    p.add_argument("-f", "--follow", action="store_true")
+    p.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")
     p.set_defaults(run=run_logs)
 
     p = sub.add_parser("cancel", help="cancel a job (its nodes get the notice, then stop)")
@@ -105,19 +108,22 @@ def register(sub: Any) -> None:
     ctl_sub = ctl.add_subparsers(dest="controller_command", metavar="SUBCOMMAND", required=True)
     p = ctl_sub.add_parser("run", help="run the controller in the foreground until stopped")
     p.add_argument("--backend", default="local", choices=BACKENDS)
-    _cluster_config_option(p)
+    _cluster_config_option(p.add_argument_group("SLURM"))
     p.add_argument("--exit-when-idle", action="store_true", help="exit once no job is left to run")
     p.set_defaults(run=run_controller)
 
 
 def _backend_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--backend", default="local", choices=SUBMIT_BACKENDS)
-    p.add_argument("--namespace", default=kube_jobs.default_namespace(),
-                   help="Kubernetes namespace (default $GPUCTL_NAMESPACE or 'default')")  # fmt: skip
-    _cluster_config_option(p)
+    p.add_argument(
+        "--backend", default="local", choices=SUBMIT_BACKENDS, help="where the job runs (default local)"
+    )
+    kube = p.add_argument_group("Kubernetes (--backend kubernetes)")
+    kube.add_argument("--namespace", default=kube_jobs.default_namespace(),
+                      help="namespace of the GPUJob (default $GPUCTL_NAMESPACE or 'default')")  # fmt: skip
+    _cluster_config_option(p.add_argument_group("SLURM (--backend slurm)"))
 
 
-def _cluster_config_option(p: argparse.ArgumentParser) -> None:
+def _cluster_config_option(p: Any) -> None:
     p.add_argument("--cluster-config", metavar="FILE",
                    help=f"SLURM cluster config (default ${SLURM_CONFIG_ENV} or $GPUCTL_HOME/slurm.yaml)")  # fmt: skip
 
@@ -234,22 +240,15 @@ def _document(store: JobStore, job_id: str) -> dict[str, Any]:
     job = store.job(job_id)
     progress = read_progress(store.job_dir(job.id) / "progress.jsonl")
     usage = UsageStore(store).usage(job.id)
-    return job_document(job, store.segments(job.id), progress, store.summary(job.id), gpu_usage=usage)
+    document = local_document(job, store.segments(job.id), progress, store.summary(job.id), gpu_usage=usage)
+    return document.as_json()
 
 
 def run_list(args: argparse.Namespace) -> int:
     if args.backend == "kubernetes":
         return kube_jobs.list_jobs(args.namespace, args.output)
     store = JobStore()
-    docs = [_document(store, j.id) for j in store.list_jobs()]
-    if args.output == "json":
-        print(json.dumps(docs, indent=2))
-        return 0
-    table = Table("ID", "STATE", "ATTEMPTS", "PREEMPTIONS", "COST USD", "ON-DEMAND USD", "USER", "TEAM")
-    for d in docs:
-        table.add_row(d["id"], d["state"], str(d["attempts"]), str(d["preemptions"]), f"{d['cost_usd']:.4f}",
-                      f"{d['on_demand_equivalent_usd']:.4f}", d["user"], d["team"])  # fmt: skip
-    Console().print(table)
+    print_jobs([_document(store, j.id) for j in store.list_jobs()], args.output)
     return 0
 
 
@@ -260,25 +259,44 @@ def run_status(args: argparse.Namespace) -> int:
         _use_cluster_config(args)
         return slurm_cmd.status(args.job, load_cluster_config(), args.output)
     store = JobStore()
-    doc = _document(store, store.job(args.job).id)
-    if args.output == "json":
-        print(json.dumps(doc, indent=2))
-    else:
-        for line in summary_lines(doc):
-            print(line)
+    print_status(_document(store, store.job(args.job).id), args.output)
     return 0
 
 
 def run_events(args: argparse.Namespace) -> int:
-    store = JobStore()
-    for e in store.events(store.job(args.job).id):
-        print(f"{e.time.isoformat(timespec='seconds')}  {e.kind:<18} {e.message}")
+    """Kubernetes: the GPUJob's conditions and Events; local and SLURM: the controller's store (a SLURM
+    job sent with `gpuctl sbatch` has no controller, so no events: `gpuctl status --backend slurm`)."""
+    if args.backend == "kubernetes":
+        events = kube_jobs.job_events(args.job, args.namespace)
+    else:
+        store = JobStore()
+        job = _stored_job(store, args.job, args.backend)
+        events = [{"time": e.time.isoformat(timespec="seconds"), "kind": e.kind, "message": e.message}
+                  for e in store.events(job.id)]  # fmt: skip
+    if args.output == "json":
+        print_json(events)
+        return 0
+    for e in events:
+        print(f"{e['time']}  {e['kind']:<18} {e['message']}")
     return 0
+
+
+def _stored_job(store: JobStore, name_or_id: str, backend: str) -> JobRecord:
+    try:
+        return store.job(name_or_id)
+    except NotFoundError:
+        if backend != "slurm":
+            raise
+        raise NotFoundError(
+            f"no job '{name_or_id}' in the gpuctl controller's store ({store.home})",
+            "events are kept for jobs a gpuctl controller runs (`gpuctl submit --backend slurm`); for a "
+            "job sent with `gpuctl sbatch` see `gpuctl status JOB --backend slurm`",
+        ) from None
 
 
 def run_logs(args: argparse.Namespace) -> int:
     if args.backend == "kubernetes":
-        return kube_jobs.logs(args.job, args.namespace)
+        return kube_jobs.logs(args.job, args.namespace, follow=args.follow)
     store = JobStore()
     job = store.job(args.job)
     backend = make_backend(job.backend, store)

@@ -1,4 +1,4 @@
-"""`gpuctl submit/list/status/logs/cancel --backend kubernetes`: GPUJob resources through the API.
+"""`gpuctl submit/list/status/events/logs/cancel --backend kubernetes`: GPUJob resources through the API.
 
 On Kubernetes the operator is the controller and the GPUJob's ``status`` is the job's state, so these
 commands only talk to the API server (kubeconfig, ``$KUBECONFIG``, or in-cluster credentials).
@@ -6,19 +6,24 @@ commands only talk to the API server (kubeconfig, ``$KUBECONFIG``, or in-cluster
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import os
+import sys
 import time
 from datetime import UTC, datetime
 from typing import Any
 
 from orchestrator.backends.kubernetes import client
-from orchestrator.cli.views import gpu_use_line
+from orchestrator.cli.output import usd
+from orchestrator.cli.status_document import kubernetes_document
+from orchestrator.cli.views import print_jobs, print_status
+from orchestrator.errors import GpuctlError, NotFoundError, PermanentError
 from orchestrator.spec import JobSpec
-from orchestrator.state.gpu_usage import GpuUsage
 
 TERMINAL_STATES = ("SUCCEEDED", "FAILED", "CANCELLED")
+FOLLOW_POLL_S = 2.0
+"""How often ``gpuctl logs -f --backend kubernetes`` reads the pods' logs again."""
+TRAINER = "trainer"
+"""The container of a gpuctl pod that runs the training command (the other is the GPU monitor)."""
 
 
 def default_namespace() -> str:
@@ -26,44 +31,8 @@ def default_namespace() -> str:
 
 
 def gpujob_document(obj: dict[str, Any]) -> dict[str, Any]:
-    """The GPUJob in the same shape as ``gpuctl status -o json`` for local jobs, where fields overlap."""
-    meta = obj.get("metadata") or {}
-    status = obj.get("status") or {}
-    now = datetime.now(UTC)
-    segments = []
-    for seg in status.get("segments", []):
-        start = datetime.fromisoformat(seg["start"])
-        end = datetime.fromisoformat(seg["end"]) if seg.get("end") else None
-        hours = ((end or now) - start).total_seconds() / 3600.0
-        segments.append({
-            "gpu_type": seg.get("gpuType"), "market": seg.get("market"), "nodes": seg.get("nodes"),
-            "started_at": seg["start"], "ended_at": seg.get("end"),
-            "cost_usd": round(hours * seg.get("nodes", 0) * seg.get("nodePriceUsdPerHour", 0.0), 6),
-        })  # fmt: skip
-    return {
-        "id": meta.get("name"),
-        "name": meta.get("name"),
-        "namespace": meta.get("namespace"),
-        "backend": "kubernetes",
-        "state": status.get("state", "PENDING"),
-        "attempts": int(status.get("attempt", 0)),
-        "preemptions": int(status.get("preemptions", 0)),
-        "restarts": int(status.get("restarts", 0)),
-        "nodes": status.get("nodes"),
-        "cost_usd": round(float(status.get("costUsd", 0.0)), 6),
-        "segments": segments,
-        "conditions": status.get("conditions", []),
-        "gpu_usage": _gpu_usage(status.get("gpuUsage")),
-        "gpu_monitor_message": status.get("gpuMonitorMessage"),
-    }
-
-
-def _gpu_usage(written: Any) -> dict[str, Any] | None:
-    """The operator's ``status.gpuUsage`` with every field of a local job's ``gpu_usage`` (null ones are
-    left out of the status); None until a monitor window was read."""
-    if not written:
-        return None
-    return {f.name: written.get(f.name) for f in dataclasses.fields(GpuUsage)}
+    """The GPUJob as the status document every backend prints (orchestrator/cli/status_document.py)."""
+    return kubernetes_document(obj).as_json()
 
 
 def submit(spec: JobSpec, namespace: str, detach: bool, poll_s: float = 2.0) -> int:
@@ -80,43 +49,90 @@ def submit(spec: JobSpec, namespace: str, detach: bool, poll_s: float = 2.0) -> 
             last = doc["state"]
         if doc["state"] in TERMINAL_STATES:
             print(
-                f"cost {doc['cost_usd']:.4f} USD, attempts {doc['attempts']}, preemptions {doc['preemptions']}"
+                f"cost {usd(doc['cost_usd'])} USD, attempts {doc['attempts']}, preemptions {doc['preemptions']}"
             )
             return 0 if doc["state"] == "SUCCEEDED" else 1
         time.sleep(poll_s)
 
 
 def status(name: str, namespace: str, output: str) -> int:
-    doc = gpujob_document(client.get_gpujob(name, namespace))
-    if output == "json":
-        print(json.dumps(doc, indent=2))
-    else:
-        print(f"gpujob {doc['name']} ({doc['namespace']}): {doc['state']}, {doc['nodes'] or 0} node(s), "
-              f"attempts {doc['attempts']}, preemptions {doc['preemptions']}, cost {doc['cost_usd']:.4f} USD")  # fmt: skip
-        if doc["gpu_usage"]:
-            print(gpu_use_line(doc["gpu_usage"]))
-        elif doc["gpu_monitor_message"]:
-            print(doc["gpu_monitor_message"])
-        for cond in doc["conditions"]:
-            print(
-                f"  {cond.get('type')}={cond.get('status')} {cond.get('reason', '')}: {cond.get('message', '')}"
-            )
+    print_status(gpujob_document(client.get_gpujob(name, namespace)), output)
     return 0
 
 
 def list_jobs(namespace: str, output: str) -> int:
-    docs = [gpujob_document(obj) for obj in client.list_gpujobs(namespace)]
-    if output == "json":
-        print(json.dumps(docs, indent=2))
-    else:
-        for d in docs:
-            print(f"{d['name']:<32} {d['state']:<11} nodes {d['nodes'] or 0:<3} cost {d['cost_usd']:.4f} USD")
+    print_jobs([gpujob_document(obj) for obj in client.list_gpujobs(namespace)], output)
     return 0
 
 
-def logs(name: str, namespace: str) -> int:
-    print(client.pod_logs(name, namespace))
-    return 0
+def _when(text: str) -> datetime:
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return datetime.min.replace(tzinfo=UTC)
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
+
+
+def job_events(name: str, namespace: str) -> list[dict[str, str]]:
+    """The GPUJob's history, oldest first, as local jobs' (time in UTC, kind, message): its conditions (each at its last transition) and the
+    core/v1 Events about it (the operator posts each state change and monitor message as one). A user
+    not allowed to list Events still gets the conditions, and a note on standard error."""
+    obj = client.get_gpujob(name, namespace)
+    found = [
+        {"time": str(c.get("lastTransitionTime") or ""), "kind": f"{c.get('type')}={c.get('status')}",
+         "message": str(c.get("message") or c.get("reason") or "")}
+        for c in (obj.get("status") or {}).get("conditions", [])
+    ]  # fmt: skip
+    try:
+        posted = client.list_gpujob_events(name, namespace)
+    except PermanentError as err:
+        print(f"gpuctl: note: only the GPUJob's conditions: {err.message}", file=sys.stderr)
+        posted = []
+    for event in posted:
+        kind = str(event.get("reason") or event.get("type") or "Event")
+        found.append(
+            {"time": client.event_time(event), "kind": kind, "message": str(event.get("message", ""))}
+        )
+    found.sort(key=lambda e: _when(e["time"]))
+    return [{**e, "time": _when(e["time"]).isoformat(timespec="seconds")} for e in found]
+
+
+def logs(name: str, namespace: str, follow: bool = False) -> int:
+    """The trainer output of the job's pods, each line headed by its pod. ``follow``: keep reading, by
+    polling, until the GPUJob is terminal (or deleted); a pod started again under the same name (a new
+    attempt) is printed from its first line."""
+    printed: dict[str, int] = {}  # pod uid -> lines printed
+    while True:
+        try:
+            ended = gpujob_document(client.get_gpujob(name, namespace))["state"] in TERMINAL_STATES
+        except NotFoundError:
+            if not follow:
+                raise
+            print(f"gpuctl: gpujob/{name} was deleted", file=sys.stderr)
+            return 0
+        pods = sorted(client.list_job_pods(name, namespace), key=lambda p: str(p["metadata"]["name"]))
+        if not pods and not follow:
+            raise NotFoundError(
+                f"job {name} has no pods in namespace {namespace}", "check `kubectl get gj -n NS`"
+            )
+        for pod in pods:
+            _print_new_lines(pod, namespace, printed)
+        sys.stdout.flush()
+        if ended or not follow:
+            return 0
+        time.sleep(FOLLOW_POLL_S)
+
+
+def _print_new_lines(pod: dict[str, Any], namespace: str, printed: dict[str, int]) -> None:
+    pod_name = str(pod["metadata"]["name"])
+    key = str(pod["metadata"].get("uid") or pod_name)
+    try:
+        lines = client.read_container_log(pod_name, namespace, TRAINER).splitlines()
+    except GpuctlError:  # not started yet (400), gone since listed (404), kubelet unreachable: next time
+        return
+    for line in lines[printed.get(key, 0) :]:
+        print(f"[{pod_name}] {line}")
+    printed[key] = len(lines)
 
 
 def cancel(name: str, namespace: str) -> int:

@@ -6,6 +6,7 @@ import argparse
 import json
 from typing import Any
 
+from orchestrator.cli.output import add_output_option
 from orchestrator.errors import UserError
 
 
@@ -29,7 +30,7 @@ def register(sub: Any) -> None:
         "--gpu-memory-gib", type=float, help="memory of the job's GPU (default: as sampled)"
     )
     diagnose.add_argument("--gpu-type", help="the job's GPU type (e.g. H100): suggests cheaper catalog GPUs")
-    diagnose.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    add_output_option(diagnose)
     diagnose.set_defaults(run=run_diagnose)
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shlex
 from datetime import UTC, datetime
@@ -17,6 +16,8 @@ from orchestrator.backends.slurm import (
     status_from_slurm,
 )
 from orchestrator.backends.slurm.placements import request_for
+from orchestrator.cli.status_document import slurm_document
+from orchestrator.cli.views import print_status
 from orchestrator.spec import load_spec_file
 
 
@@ -60,49 +61,7 @@ def run_sbatch(args: argparse.Namespace) -> int:
     return 0
 
 
-def status(name_or_id: str, config: SlurmClusterConfig, output: str = "text") -> int:
+def status(name_or_id: str, config: SlurmClusterConfig, output: str = "table") -> int:
     """``gpuctl status JOB --backend slurm``: what SLURM says now, no controller state needed."""
-    found = status_from_slurm(name_or_id, config)
-    now = datetime.now(UTC)
-    job = found.slurm_job
-    if output == "json":
-        doc = {
-            "id": found.job_id,
-            "state": str(found.status),
-            "failure": str(found.failure) if found.failure else None,
-            "message": found.message,
-            "attempts": found.attempts,
-            "slurm_job_id": job.job_id,
-            "partition": job.partition,
-            "nodes": job.nodes,
-            "segments": [
-                {
-                    "attempt": s.attempt,
-                    "nodes": s.nodes,
-                    "gpu_type": s.gpu_type,
-                    "market": s.market,
-                    "started_at": s.started_at.isoformat(),
-                    "ended_at": s.ended_at.isoformat() if s.ended_at else None,
-                    "cost_usd": round(s.cost_usd(now), 6),
-                }
-                for s in found.segments
-            ],
-            "cost_usd": round(found.cost_usd(now), 6),
-            "log": job.stdout or None,
-        }
-        print(json.dumps(doc, indent=2))
-        return 0
-    failure = f" ({found.failure})" if found.failure else ""
-    print(f"{found.job_id}: {found.status}{failure} - {found.message}")
-    print(f"  attempts: {found.attempts}  partition: {job.partition}  nodes: {job.nodes or '-'}")
-    for seg in found.segments:
-        end = f"{seg.ended_at:%H:%M:%S}" if seg.ended_at else "now"
-        print(
-            f"  segment {seg.id}: attempt {seg.attempt}, {seg.market}, "
-            f"{seg.nodes} node(s) x {seg.gpus_per_node} {seg.gpu_type}, "
-            f"{seg.started_at:%H:%M:%S}-{end}, ${seg.cost_usd(now):.4f}"
-        )
-    print(f"  cost: ${found.cost_usd(now):.4f}")
-    if job.stdout:
-        print(f"  log: {job.stdout}")
+    print_status(slurm_document(status_from_slurm(name_or_id, config)).as_json(), output)
     return 0

@@ -1,4 +1,4 @@
-"""`gpuctl validate FILE` and `gpuctl spec schema`."""
+"""`gpuctl validate FILE`, `gpuctl spec schema` and `gpuctl spec status-schema`."""
 
 from __future__ import annotations
 
@@ -19,6 +19,10 @@ def register(sub: Any) -> None:
     spec_sub = spec.add_subparsers(dest="spec_command", metavar="SUBCOMMAND", required=True)
     schema = spec_sub.add_parser("schema", help="print the job spec's JSON Schema")
     schema.set_defaults(run=run_schema)
+    status_schema = spec_sub.add_parser(
+        "status-schema", help="print the JSON Schema of the status document (`gpuctl status -o json`)"
+    )
+    status_schema.set_defaults(run=run_status_schema)
 
 
 def run_validate(args: argparse.Namespace) -> int:
@@ -31,4 +35,11 @@ def run_validate(args: argparse.Namespace) -> int:
 
 def run_schema(args: argparse.Namespace) -> int:
     print(json.dumps(job_spec_json_schema(), indent=2))
+    return 0
+
+
+def run_status_schema(args: argparse.Namespace) -> int:
+    from orchestrator.cli.status_document import status_json_schema
+
+    print(json.dumps(status_json_schema(), indent=2))
     return 0

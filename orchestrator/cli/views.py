@@ -1,80 +1,18 @@
-"""What the CLI shows of a job: the JSON status document, the live panel and the final summary."""
+"""What the CLI shows of a job's status document (orchestrator/cli/status_document.py) as text: the
+live panel, the summary of ``gpuctl status``, and the table of ``gpuctl list``. Same on every backend."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
+from rich.console import Console
 from rich.table import Table
 
-from orchestrator.backends.base import Progress
+from orchestrator.cli.output import JSON, WIDE, Column, fitted_table, print_json, terminal_console, usd
 from orchestrator.spec import format_duration
-from orchestrator.state.gpu_usage import GpuUsage
-from orchestrator.state.records import JobRecord, SegmentRecord
 
 SIMULATED_NOTE = "costs are simulated: local nodes are priced as the cloud instance they stand for"
-
-
-def job_document(job: JobRecord, segments: list[SegmentRecord], progress: Progress | None,
-                 summary: dict[str, Any], now: datetime | None = None,
-                 gpu_usage: GpuUsage | None = None) -> dict[str, Any]:  # fmt: skip
-    """The stable machine-readable status (``gpuctl status JOB -o json``); ``gpu_usage`` is null until
-    a GPU monitor window was stored."""
-    now = now or datetime.now(UTC)
-    cost = sum(s.cost_usd(now) for s in segments)
-    on_demand = sum(s.on_demand_equivalent_usd(now) for s in segments)
-    doc: dict[str, Any] = {
-        "id": job.id,
-        "name": job.name,
-        "user": job.user,
-        "team": job.team,
-        "backend": job.backend,
-        "state": job.status.value,
-        "failure_reason": job.failure_reason.value if job.failure_reason else None,
-        "message": job.message,
-        "submitted_at": job.submitted_at.isoformat(),
-        "updated_at": job.updated_at.isoformat(),
-        "attempts": job.attempts,
-        "preemptions": job.preemptions,
-        "restarts": job.restarts,
-        "cost_usd": round(cost, 6),
-        "on_demand_equivalent_usd": round(on_demand, 6),
-        "savings_usd": round(on_demand - cost, 6),
-        "gpu_hours": round(sum(s.hours(now) * s.gpus for s in segments), 6),
-        "cost_is_simulated": job.backend == "local",
-        "segments": [
-            {
-                "attempt": s.attempt,
-                "gpu_type": s.gpu_type,
-                "market": s.market,
-                "instance_type": s.instance_type,
-                "cloud": s.cloud,
-                "zone": s.zone,
-                "nodes": s.nodes,
-                "gpus_per_node": s.gpus_per_node,
-                "started_at": s.started_at.isoformat(),
-                "ended_at": s.ended_at.isoformat() if s.ended_at else None,
-                "end_reason": s.end_reason,
-                "node_price_usd_per_hour": s.node_price_usd_per_hour,
-                "price_source": s.price_source,
-                "cost_usd": round(s.cost_usd(now), 6),
-            }
-            for s in segments
-        ],
-    }
-    doc["gpu_usage"] = gpu_usage.to_dict() if gpu_usage is not None else None
-    if progress is not None:
-        doc["progress"] = {
-            "step": progress.step,
-            "total_steps": progress.total_steps,
-            "loss": progress.loss,
-            "world_size": progress.world_size,
-        }
-    if summary.get("metrics"):
-        doc["metrics"] = summary["metrics"]
-    elif progress is not None and progress.metrics:
-        doc["metrics"] = dict(progress.metrics)
-    return doc
 
 
 def live_table(doc: dict[str, Any], waiting_reason: str | None) -> Table:
@@ -101,21 +39,22 @@ def live_table(doc: dict[str, Any], waiting_reason: str | None) -> Table:
     table.add_row("attempts", f"{doc['attempts']}   preemptions {doc['preemptions']}")
     table.add_row(
         "cost so far",
-        f"{doc['cost_usd']:.4f} USD (on-demand would be {doc['on_demand_equivalent_usd']:.4f} USD)"
+        f"{usd(doc['cost_usd'])} USD (on-demand would be {usd(doc['on_demand_equivalent_usd'])} USD)"
         + ("  [simulated]" if doc["cost_is_simulated"] else ""),
     )
     return table
 
 
 def summary_lines(doc: dict[str, Any]) -> list[str]:
-    lines = [f"job {doc['id']} {doc['state']}: {doc['message']}"]
+    failure = f" ({doc['failure_reason']})" if doc["failure_reason"] else ""
+    lines = [f"job {doc['id']} {doc['state']}{failure}: {doc['message'] or '-'}"]
     metrics = doc.get("metrics") or {}
     if metrics:
-        lines.append("final metrics: " + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
+        lines.append("final metrics: " + ", ".join(f"{k} {_number(v)}" for k, v in metrics.items()))
     lines.append(f"attempts {doc['attempts']}, preemptions {doc['preemptions']}, restarts {doc['restarts']}")
     cost, od = doc["cost_usd"], doc["on_demand_equivalent_usd"]
-    saved = f" ({100 * (od - cost) / od:.0f}% saved)" if od > 0 else ""
-    lines.append(f"cost {cost:.4f} USD; the same GPU-hours on-demand: {od:.4f} USD{saved}")
+    saved = f" ({100 * (od - cost) / od:.0f}% saved)" if od else ""
+    lines.append(f"cost {usd(cost)} USD; the same GPU-hours on-demand: {usd(od)} USD{saved}")
     if doc.get("gpu_usage"):
         lines.append(gpu_use_line(doc["gpu_usage"]))
     if doc["cost_is_simulated"]:
@@ -125,9 +64,34 @@ def summary_lines(doc: dict[str, Any]) -> list[str]:
         if seg["ended_at"]:
             start = datetime.fromisoformat(seg["started_at"])
             span = format_duration((datetime.fromisoformat(seg["ended_at"]) - start).total_seconds())
+        ended = seg["end_reason"] or ("ended" if seg["ended_at"] else "open")
         lines.append(
-            f"  attempt {seg['attempt']}: {seg['nodes']} x {seg['gpu_type']} {seg['market']} {seg['zone']}"
-            f" for {span}, {seg['cost_usd']:.4f} USD ({seg['end_reason'] or 'open'})"
+            f"  attempt {seg['attempt'] or '-'}: {seg['nodes']} x {seg['gpu_type'] or '-'} {seg['market'] or '-'}"
+            f" {seg['zone'] or '-'} for {span}, {usd(seg['cost_usd'])} USD ({ended})"
+        )
+    return lines + _detail_lines(doc["backend_details"])
+
+
+def _number(value: Any) -> str:
+    return f"{value:.4f}" if isinstance(value, float) else str(value)
+
+
+def _detail_lines(details: dict[str, Any]) -> list[str]:
+    """``backend_details`` as text: SLURM's job and log, Kubernetes' namespace and conditions."""
+    lines = []
+    if details.get("slurm_job_id") is not None:
+        nodes = details.get("node_list") or "-"
+        lines.append(f"SLURM job {details['slurm_job_id']} ({details.get('slurm_state')}), partition "
+                     f"{details.get('partition')}, nodes {nodes}")  # fmt: skip
+    if details.get("log"):
+        lines.append(f"log: {details['log']}")
+    if details.get("namespace"):
+        lines.append(f"namespace: {details['namespace']}")
+    if details.get("gpu_monitor_message"):
+        lines.append(str(details["gpu_monitor_message"]))
+    for cond in details.get("conditions") or []:
+        lines.append(
+            f"  {cond.get('type')}={cond.get('status')} {cond.get('reason', '')}: {cond.get('message', '')}"
         )
     return lines
 
@@ -141,3 +105,44 @@ def gpu_use_line(usage: dict[str, Any]) -> str:
         f"peak memory {100 * usage['mem_peak_fraction']:.0f}% of {total_gib:.0f} GiB{sm}, "
         f"idle {usage['idle_gpu_hours']:.3f} GPU-h, {usage['samples']} samples ({usage['model']})"
     )
+
+
+def _last_gpu(doc: dict[str, Any]) -> str:
+    seg = doc["segments"][-1] if doc["segments"] else None
+    return f"{seg['nodes']}x{seg['gpu_type']} {seg['market']}" if seg else "-"
+
+
+JOB_COLUMNS = (
+    Column("ID", lambda d: d["id"]),
+    Column("STATE", lambda d: d["state"]),
+    Column("ATTEMPTS", lambda d: str(d["attempts"]), drop=2, right=True),
+    Column("PREEMPTIONS", lambda d: str(d["preemptions"]), drop=4, right=True),
+    Column("COST USD", lambda d: usd(d["cost_usd"]), drop=1, right=True),
+    Column("ON-DEMAND USD", lambda d: usd(d["on_demand_equivalent_usd"]), drop=5, right=True),
+    Column("USER", lambda d: d["user"] or "-", drop=3),
+    Column("TEAM", lambda d: d["team"] or "-", drop=6),
+    Column("BACKEND", lambda d: d["backend"], drop=7, wide_only=True),
+    Column("FAILURE", lambda d: d["failure_reason"] or "-", drop=8, wide_only=True),
+    Column("GPUS", _last_gpu, drop=9, wide_only=True),
+    Column("SUBMITTED", lambda d: (d["submitted_at"] or "-")[:19], drop=10, wide_only=True),
+)
+"""``gpuctl list``: ID and STATE are never cut; the others go, TEAM first, when the terminal is narrow."""
+
+
+def print_jobs(docs: list[dict[str, Any]], output: str) -> None:
+    """``gpuctl list`` on any backend: the documents as JSON, or the table fitted to the terminal."""
+    if output == JSON:
+        print_json(docs)
+        return
+    wide = output == WIDE  # every column, one line per job, as long as it takes (as kubectl's wide)
+    console = Console(width=100_000) if wide else terminal_console()
+    console.print(fitted_table(JOB_COLUMNS, docs, console.width, wide=wide))
+
+
+def print_status(doc: dict[str, Any], output: str) -> None:
+    """``gpuctl status`` on any backend."""
+    if output == JSON:
+        print_json(doc)
+        return
+    for line in summary_lines(doc):
+        print(line)

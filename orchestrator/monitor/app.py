@@ -110,7 +110,7 @@ def add_monitor_arguments(parser: argparse.ArgumentParser) -> None:
         "for sidecars that are restarted when they exit",
     )
     parser.add_argument("--once", action="store_true", help="print one sample per GPU and exit")
-    parser.add_argument("-o", "--output", choices=["text", "json"], default="text", help="--once format")
+    parser.add_argument("-o", "--output", choices=["table", "json"], default="table", help="--once format")
     parser.add_argument("--max-ticks", type=int, default=None, help=argparse.SUPPRESS)
 
 

@@ -67,8 +67,8 @@ def test_gpus_cli_json_prefers_live_prices(
     assert len(current_offers(tmp_path)) == len(builtin_offers())
     assert main(["gpus", "--gpu", "V100", "-o", "json"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    line = next(r for r in rows if r["instanceType"] == cheapest.instance_type)
-    assert line["spotUsdPerHour"] == pytest.approx(0.01) and "aws live" in line["priceSource"]
+    line = next(r for r in rows if r["instance_type"] == cheapest.instance_type)
+    assert line["spot_usd_per_hour"] == pytest.approx(0.01) and "aws live" in line["price_source"]
     assert main(["gpus", "--cloud", "azure"]) == 0
     out = capsys.readouterr().out
     assert "T4" in out and "H200" not in out and "Saving" in out

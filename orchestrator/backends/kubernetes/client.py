@@ -300,3 +300,25 @@ def read_container_log(
         finally:
             response.release_conn()
     return data.decode("utf-8", errors="replace")
+
+
+def list_gpujob_events(job: str, namespace: str, api: Any | None = None) -> list[dict[str, Any]]:
+    """The core/v1 Events about the GPUJob ``job`` (the operator's job events, posted by kopf). Filters
+    on the client too (some API emulators ignore field selectors)."""
+    core = k8s.CoreV1Api(api or api_client())
+    selector = f"involvedObject.kind={KIND},involvedObject.name={job}"
+    with _mapped(f"list events of GPUJob {job}"):
+        response: Any = core.list_namespaced_event(namespace, field_selector=selector, _preload_content=False)
+        try:
+            items: list[dict[str, Any]] = json.loads(response.data or b"{}").get("items", [])
+        finally:
+            response.release_conn()
+    about = [e for e in items if (e.get("involvedObject") or {}).get("kind") == KIND
+             and (e.get("involvedObject") or {}).get("name") == job]  # fmt: skip
+    return about
+
+
+def event_time(event: dict[str, Any]) -> str:
+    """When an Event happened last (ISO 8601), whichever of its time fields the poster filled."""
+    meta = event.get("metadata") or {}
+    return str(event.get("lastTimestamp") or event.get("eventTime") or meta.get("creationTimestamp") or "")

@@ -198,6 +198,13 @@ def status_openapi_schema() -> dict[str, Any]:
             "market": {"type": "string"},
             "nodePriceUsdPerHour": {"type": "number"},
             "endReason": {"type": "string"},
+            "attempt": {"type": "integer"},
+            "zone": {"type": "string"},
+            "cloud": {"type": "string"},
+            "instanceType": {"type": "string"},
+            "gpusPerNode": {"type": "integer"},
+            "onDemandNodePriceUsdPerHour": {"type": "number"},
+            "priceSource": {"type": "string"},
         },
     }
     return {

@@ -158,10 +158,11 @@ def test_ddp_job_runs_to_completion_with_ledger_and_stateless_status(
     status = gpuctl(gpuctl_env, "status", job_id, "--backend", "slurm", "-o", "json")
     assert status.returncode == 0, status.stderr
     doc = json.loads(status.stdout)
-    assert doc["state"] == "SUCCEEDED" and doc["attempts"] == 1 and doc["slurm_job_id"] == run.job_id
-    assert [s["market"] for s in doc["segments"]] == ["spot"]
+    assert doc["state"] == "SUCCEEDED" and doc["attempts"] == 1
+    assert doc["backend_details"]["slurm_job_id"] == run.job_id
+    assert [(s["market"], s["attempt"]) for s in doc["segments"]] == [("spot", 1)]
     text = gpuctl(gpuctl_env, "status", job_id, "--backend", "slurm").stdout
-    assert text.startswith(f"{job_id}: SUCCEEDED") and "cost: $" in text
+    assert text.startswith(f"job {job_id} SUCCEEDED") and f"SLURM job {run.job_id}" in text
 
 
 def test_requeue_and_node_down_each_start_the_next_attempt_from_the_checkpoint(

@@ -1,0 +1,153 @@
+"""`gpuctl events` and `gpuctl logs -f` with `--backend kubernetes` against kmock's emulated API server:
+events are the GPUJob's conditions and the Events the operator posted about it; logs follow the pods'
+trainer output until the GPUJob is terminal."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import kmock
+import kubernetes.client as k8s
+import pytest
+import pytest_asyncio
+
+from orchestrator.backends.kubernetes import client
+from orchestrator.cli import kube_jobs
+from orchestrator.cli.main import main
+from tests.operators.kubernetes.fake_pod_logs import FakePodLogs
+
+VERBS = {"list", "watch", "get", "create", "patch", "update", "delete"}
+K = ("--backend", "kubernetes", "--namespace", "ml")
+
+
+@pytest_asyncio.fixture
+async def pod_logs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakePodLogs]:
+    emulator = kmock.KubernetesEmulator()
+    for path, kind in [("v1/pods", "Pod"), ("v1/events", "Event"), ("gpuctl.dev/v1alpha1/gpujobs", "GPUJob")]:
+        emulator.resources[path] = kmock.ResourceInfo(kind=kind, namespaced=True, verbs=VERBS)
+    logs = FakePodLogs()
+    logs.install(emulator)
+    async with emulator, kmock.Server(emulator) as server:
+        path = tmp_path / "kubeconfig"
+        path.write_text(
+            "apiVersion: v1\nkind: Config\ncurrent-context: test\n"
+            f"clusters: [{{name: emu, cluster: {{server: '{str(server.url).rstrip('/')}'}}}}]\n"
+            "users: [{name: me, user: {}}]\ncontexts: [{name: test, context: {cluster: emu, user: me}}]\n"
+        )
+        monkeypatch.setenv("KUBECONFIG", str(path))
+        monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+        yield logs
+
+
+def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def _gpujob(tmp_path: Path, status: dict[str, Any]) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text("name: trainer\ncommand: train.py\n")
+    assert main(["submit", str(job), *K, "--detach"]) == 0
+    client.patch_gpujob_status("trainer", "ml", status)
+
+
+def _pod(name: str, job: str = "trainer") -> None:
+    client.create_pod({"apiVersion": "v1", "kind": "Pod",
+                       "metadata": {"name": name, "namespace": "ml", "labels": {"gpuctl.dev/job": job}},
+                       "spec": {"containers": [{"name": "trainer", "image": "x"}]}})  # fmt: skip
+
+
+def _event(about: str, kind: str, reason: str, message: str, at: str) -> None:
+    """An Event as kopf posts the operator's `logger.info(...)` about a resource (kopf lets the server
+    generate its name; kmock does not)."""
+    body = {"metadata": {"name": f"{about}.{at}", "namespace": "ml"}, "type": "Normal",
+            "reason": reason, "message": message, "source": {"component": "kopf"},
+            "involvedObject": {"apiVersion": "gpuctl.dev/v1alpha1", "kind": kind, "name": about, "namespace": "ml"},
+            "firstTimestamp": at, "lastTimestamp": at, "eventTime": at}  # fmt: skip
+    k8s.CoreV1Api(client.api_client()).create_namespaced_event("ml", body)
+
+
+def _setup_events(tmp_path: Path) -> None:
+    conditions = [
+        {"type": "Placed", "status": "True", "reason": "Placed", "message": "1 x A10G spot in us-east-1a",
+         "lastTransitionTime": "2026-11-22T10:00:00Z"},
+        {"type": "Running", "status": "False", "reason": "Preempted", "message": "spot capacity reclaimed",
+         "lastTransitionTime": "2026-11-22T10:30:00Z"},
+    ]  # fmt: skip
+    _gpujob(tmp_path, {"state": "RECOVERING", "attempt": 1, "conditions": conditions})
+    _event("trainer", "GPUJob", "Logging", "RUNNING: all nodes running", "2026-11-22T10:05:00Z")
+    _event("trainer", "GPUJob", "Logging", "PREEMPTED: node trainer-n0 evicted", "2026-11-22T10:30:01Z")
+    _event("other", "GPUJob", "Logging", "not about this job", "2026-11-22T10:10:00Z")
+    _event("trainer", "Pod", "Scheduled", "a pod of the same name", "2026-11-22T10:11:00Z")
+
+
+@pytest.mark.asyncio
+async def test_events_are_the_conditions_and_the_events_about_the_gpujob(
+    pod_logs: FakePodLogs, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    await asyncio.to_thread(_setup_events, tmp_path)
+    capsys.readouterr()
+    code, out, _ = await asyncio.to_thread(_cli, capsys, "events", "trainer", *K, "-o", "json")
+    events = json.loads(out)
+    assert code == 0 and [e["message"] for e in events] == [
+        "1 x A10G spot in us-east-1a",
+        "RUNNING: all nodes running",
+        "spot capacity reclaimed",
+        "PREEMPTED: node trainer-n0 evicted",
+    ]
+    assert [e["kind"] for e in events] == ["Placed=True", "Logging", "Running=False", "Logging"]
+    code, out, _ = await asyncio.to_thread(_cli, capsys, "events", "trainer", *K)
+    assert code == 0 and out.splitlines()[1].startswith("2026-11-22T10:05:00+00:00  Logging ")
+
+
+@pytest.mark.asyncio
+async def test_logs_follow_the_trainer_until_the_gpujob_ends(
+    pod_logs: FakePodLogs, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def start() -> None:
+        _gpujob(tmp_path, {"state": "RUNNING", "attempt": 1})
+        _pod("trainer-n0")
+        _pod("someone-else-n0", job="someone-else")
+
+    await asyncio.to_thread(start)
+    capsys.readouterr()
+    pod_logs.write("ml", "trainer-n0", "trainer", "step 1")
+    pod_logs.write("ml", "trainer-n0", "monitor", "a monitor window")
+    pod_logs.write("ml", "someone-else-n0", "trainer", "not ours")
+    # each wait between two reads of the logs is one step of the job: no real time passes
+    steps: list[Callable[[], None]] = [
+        lambda: pod_logs.write("ml", "trainer-n0", "trainer", "step 2"),
+        lambda: _pod("trainer-n1"),
+        lambda: pod_logs.write("ml", "trainer-n1", "trainer", "n1 joined"),
+        lambda: (pod_logs.write("ml", "trainer-n0", "trainer", "step 3\ndone"),
+                 client.patch_gpujob_status("trainer", "ml", {"state": "SUCCEEDED"})),
+    ]  # fmt: skip
+    monkeypatch.setattr(kube_jobs.time, "sleep", lambda _s: steps.pop(0)())
+
+    code, out, _ = await asyncio.to_thread(_cli, capsys, "logs", "trainer", *K, "-f")
+    assert code == 0 and not steps, "it stopped once the GPUJob succeeded, not before"
+    assert out.splitlines() == [
+        "[trainer-n0] step 1",
+        "[trainer-n0] step 2",
+        "[trainer-n1] n1 joined",
+        "[trainer-n0] step 3",
+        "[trainer-n0] done",
+    ]
+    code, out, _ = await asyncio.to_thread(_cli, capsys, "logs", "trainer", *K)
+    assert code == 0 and out.count("[trainer-n0] step") == 3 and "[trainer-n1] n1 joined" in out
+
+
+@pytest.mark.asyncio
+async def test_logs_follow_stops_when_the_gpujob_is_deleted(
+    pod_logs: FakePodLogs, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await asyncio.to_thread(_gpujob, tmp_path, {"state": "PENDING"})
+    capsys.readouterr()
+    monkeypatch.setattr(kube_jobs.time, "sleep", lambda _s: client.delete_gpujob("trainer", "ml"))
+    code, out, err = await asyncio.to_thread(_cli, capsys, "logs", "trainer", *K, "-f")
+    assert code == 0 and out == "" and "gpujob/trainer was deleted" in err
