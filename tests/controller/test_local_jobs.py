@@ -103,12 +103,16 @@ def test_controller_killed_at_any_point_loses_nothing(gpuctl: Gpuctl, tmp_path: 
         gpuctl.popen("controller", "run", "--exit-when-idle")
     doc = gpuctl.wait_for(job_id, lambda d: d["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"), timeout=300)
     assert doc["state"] == "SUCCEEDED", doc
-    assert doc["preemptions"] == 2 and doc["attempts"] == 3
+    # On a busy machine the training may finish while the controller is down, before the market's
+    # second reclaim fires: then the reclaim is moot and there is one preemption, not two. Either way
+    # every attempt was started once, on two nodes, and each has its one segment.
+    assert 1 <= doc["preemptions"] <= 2 and doc["attempts"] == doc["preemptions"] + 1, doc
     _assert_consistent_segments(doc)
-    assert len(doc["segments"]) == 3
+    assert len(doc["segments"]) == doc["attempts"]
     job_dir = gpuctl.home / "jobs" / job_id
     launches = {p.parent.name: p.read_text().split() for p in job_dir.glob("attempt-*/*/launches.log")}
-    assert len(launches) == 6 and all(len(pids) == 1 for pids in launches.values()), launches
+    assert len(launches) == 2 * doc["attempts"], launches
+    assert all(len(pids) == 1 for pids in launches.values()), launches
     finished = [e for e in _progress_events(gpuctl.home, job_id) if e.get("event") == "finished"]
     assert len(finished) == 1
 
