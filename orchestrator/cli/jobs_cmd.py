@@ -236,7 +236,7 @@ def _document(store: JobStore, job_id: str) -> dict[str, Any]:
 def run_list(args: argparse.Namespace) -> int:
     if args.backend == "kubernetes":
         return kube_jobs.list_jobs(args.namespace, args.output)
-    store = JobStore()
+    store = JobStore(read_only=True)
     docs = [_document(store, j.id) for j in store.list_jobs()]
     if args.output == "json":
         print(json.dumps(docs, indent=2))
@@ -255,7 +255,7 @@ def run_status(args: argparse.Namespace) -> int:
     if args.backend == "slurm":
         _use_cluster_config(args)
         return slurm_cmd.status(args.job, load_cluster_config(), args.output)
-    store = JobStore()
+    store = JobStore(read_only=True)
     doc = _document(store, store.job(args.job).id)
     if args.output == "json":
         print(json.dumps(doc, indent=2))
@@ -266,7 +266,7 @@ def run_status(args: argparse.Namespace) -> int:
 
 
 def run_events(args: argparse.Namespace) -> int:
-    store = JobStore()
+    store = JobStore(read_only=True)
     for e in store.events(store.job(args.job).id):
         print(f"{e.time.isoformat(timespec='seconds')}  {e.kind:<18} {e.message}")
     return 0

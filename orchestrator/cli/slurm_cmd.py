@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
 from datetime import UTC, datetime
 from pathlib import Path
@@ -17,6 +16,7 @@ from orchestrator.backends.slurm import (
     status_from_slurm,
 )
 from orchestrator.backends.slurm.placements import request_for
+from orchestrator.home import home_dir
 from orchestrator.spec import load_spec_file
 
 
@@ -42,7 +42,7 @@ def run_sbatch(args: argparse.Namespace) -> int:
         spec = spec.model_copy(update={"workdir": str((Path(args.file).parent / workdir).resolve())})
     config = load_cluster_config(args.cluster_config)
     job_id = f"{spec.name}-{datetime.now(UTC):%Y%m%d-%H%M%S}"
-    home = Path(os.environ.get("GPUCTL_HOME") or Path.home() / ".gpuctl")
+    home = home_dir()
     job_dir = Path(args.job_dir).resolve() if args.job_dir else home / "jobs" / job_id
     request = request_for(spec, job_id, job_dir, config)
     backend = SlurmBackend(config)
