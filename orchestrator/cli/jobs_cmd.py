@@ -13,6 +13,7 @@ from typing import Any
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
 from orchestrator.backends import monitoring
 from orchestrator.backends.base import Backend
@@ -243,8 +244,8 @@ def run_list(args: argparse.Namespace) -> int:
         return 0
     table = Table("ID", "STATE", "ATTEMPTS", "PREEMPTIONS", "COST USD", "ON-DEMAND USD", "USER", "TEAM")
     for d in docs:
-        table.add_row(d["id"], d["state"], str(d["attempts"]), str(d["preemptions"]), f"{d['cost_usd']:.4f}",
-                      f"{d['on_demand_equivalent_usd']:.4f}", d["user"], d["team"])  # fmt: skip
+        table.add_row(Text(d["id"]), d["state"], str(d["attempts"]), str(d["preemptions"]), f"{d['cost_usd']:.4f}",
+                      f"{d['on_demand_equivalent_usd']:.4f}", Text(d["user"]), Text(d["team"]))  # fmt: skip
     Console().print(table)
     return 0
 
