@@ -5,7 +5,7 @@ Layers (imports only point down; enforced by import-linter, see pyproject.toml):
   controller               reconcile loop (pure) + driver that applies actions
   policies, backends, costs
   catalog, state
-  spec, errors, contract
+  spec, errors, contract, home
 Separate: runtime (imported by training scripts) and monitor (the sidecar).
 """
 

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import os
 from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
 
 from orchestrator.catalog.offers import Offer, builtin_offers, read_offers_csv
 from orchestrator.errors import UserError
+from orchestrator.home import ensure_home, home_dir
 
 CSV_COLUMNS = [
     "cloud",
@@ -33,12 +33,11 @@ CSV_COLUMNS = [
 ]
 
 
-def gpuctl_home() -> Path:
-    return Path(os.environ.get("GPUCTL_HOME") or "~/.gpuctl").expanduser()
+OVERRIDE_FOLDER = "catalog"
 
 
 def override_path(home: Path | None = None, cloud: str = "aws") -> Path:
-    return (home or gpuctl_home()) / "catalog" / f"{cloud}_override.csv"
+    return (home or home_dir()) / OVERRIDE_FOLDER / f"{cloud}_override.csv"
 
 
 def _price(value: float | None) -> str:
@@ -47,6 +46,8 @@ def _price(value: float | None) -> str:
 
 def write_override(path: Path, offers: Iterable[Offer]) -> None:
     """Write atomically: a reader never sees half a file."""
+    if path.parent.name == OVERRIDE_FOLDER:  # in a gpuctl home: create that as gpuctl homes are
+        ensure_home(path.parent.parent)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".csv.tmp")
     with open(tmp, "w", newline="", encoding="utf-8") as fh:

@@ -7,6 +7,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from orchestrator.catalog.override import current_offers
 from orchestrator.catalog.refresh import refresh_aws
@@ -60,17 +61,10 @@ def _table(rows: list[GpuSummary], per_gpu: bool) -> Table:
         lead = [s.gpu_type, ",".join(map(str, s.counts)), f"{s.gpu_memory_gib:.4g} GiB"]
         if not per_gpu:
             lead = [s.gpu_type, str(s.gpu_count), f"{s.gpu_memory_gib:.4g} GiB", s.instance_type]
-        table.add_row(
-            *lead,
-            ",".join(s.clouds),
-            usd(s.on_demand_usd),
-            s.on_demand_where,
-            usd(s.spot_usd),
-            s.spot_where,
-            saving,
-        )
+        cells = [*lead, ",".join(s.clouds), usd(s.on_demand_usd), s.on_demand_where, usd(s.spot_usd)]
+        table.add_row(*map(Text, [*cells, s.spot_where, saving]))  # Text: a name is never markup
     sources = sorted({p for s in rows for p in s.price_source.split("; ") if p})
-    table.caption = "prices: " + "; ".join(sources)
+    table.caption = Text("prices: " + "; ".join(sources), style="table.caption")
     return table
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import io
-import os
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -19,20 +18,17 @@ from orchestrator.costs.lost_work import lost_work_from_progress
 from orchestrator.costs.render import TABLE_ROWS, to_csv, to_json, to_table
 from orchestrator.costs.report import GroupBy, Report, build_report, parse_since, parse_window
 from orchestrator.errors import UserError
+from orchestrator.home import home_dir
 from orchestrator.monitor.summary import read_summaries
 from orchestrator.state import store as store_module
 from orchestrator.state.usage import UsageStore
-
-
-def gpuctl_home() -> Path:
-    return Path(os.environ.get("GPUCTL_HOME") or "~/.gpuctl").expanduser()
 
 
 def load_report_inputs(home: Path, since: datetime | None = None) -> ReportInputs:
     """Jobs and segments from the job store under ``home``, with the work lost to preemptions (from
     the progress files) and idle GPU-hours (from the stored monitor windows, else from the monitor
     summary files ``monitor-summary*.jsonl``)."""
-    store = store_module.open_store(home)
+    store = store_module.open_store(home, read_only=True)
     inputs = read_ledger(store, since)
     stored_idle = UsageStore(store).idle_gpu_hours() if isinstance(store, store_module.JobStore) else {}
     lost = {}
@@ -86,7 +82,7 @@ def run_report(args: argparse.Namespace) -> int:
     if args.input:
         inputs = read_inputs_file(args.input)
     else:
-        inputs = load_report_inputs(gpuctl_home(), window.start if window else None)
+        inputs = load_report_inputs(home_dir(), window.start if window else None)
     report = build_report(inputs.jobs, inputs.segments, now, window, args.by, inputs.idle, inputs.lost)
     if args.output == "table" and not args.out:
         Console(width=160).print(to_table(report, args.limit or None))

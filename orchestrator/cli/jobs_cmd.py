@@ -247,7 +247,7 @@ def _document(store: JobStore, job_id: str) -> dict[str, Any]:
 def run_list(args: argparse.Namespace) -> int:
     if args.backend == "kubernetes":
         return kube_jobs.list_jobs(args.namespace, args.output)
-    store = JobStore()
+    store = JobStore(read_only=True)
     print_jobs([_document(store, j.id) for j in store.list_jobs()], args.output)
     return 0
 
@@ -258,7 +258,7 @@ def run_status(args: argparse.Namespace) -> int:
     if args.backend == "slurm":
         _use_cluster_config(args)
         return slurm_cmd.status(args.job, load_cluster_config(), args.output)
-    store = JobStore()
+    store = JobStore(read_only=True)
     print_status(_document(store, store.job(args.job).id), args.output)
     return 0
 
@@ -269,7 +269,7 @@ def run_events(args: argparse.Namespace) -> int:
     if args.backend == "kubernetes":
         events = kube_jobs.job_events(args.job, args.namespace)
     else:
-        store = JobStore()
+        store = JobStore(read_only=True)
         job = _stored_job(store, args.job, args.backend)
         events = [{"time": e.time.isoformat(timespec="seconds"), "kind": e.kind, "message": e.message}
                   for e in store.events(job.id)]  # fmt: skip

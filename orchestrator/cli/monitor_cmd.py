@@ -75,7 +75,7 @@ def _fill_from_job(args: argparse.Namespace) -> None:
     """``gpuctl diagnose JOB``: the job's progress file, monitor summaries and GPU type."""
     from orchestrator.state.store import JobStore
 
-    store = JobStore()
+    store = JobStore(read_only=True)
     job = store.job(args.job)
     job_dir = store.job_dir(job.id)
     if args.progress is None and (job_dir / "progress.jsonl").exists():

@@ -12,6 +12,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 TABLE, WIDE, JSON = "table", "wide", "json"
 
@@ -65,14 +66,14 @@ def fitted_table(columns: Sequence[Column], rows: Sequence[dict[str, Any]], widt
     cells = {c.header: [c.cell(r) for r in rows] for c in shown}
     measuring = Console(width=100_000)  # a table's measure is capped at the console's width
     while True:
-        table = Table(title=title)
+        table = Table(title=Text(title, style="table.title") if title else None)
         for c in shown:
             longest = max([len(c.header), *(len(v) for v in cells[c.header])])
             kept = c.drop is None
             table.add_column(c.header, justify="right" if c.right else "left", no_wrap=kept,
                              overflow="fold", min_width=longest if kept else None)  # fmt: skip
         for i in range(len(rows)):
-            table.add_row(*(cells[c.header][i] for c in shown))
+            table.add_row(*(Text(cells[c.header][i]) for c in shown))  # never read as markup
         optional = [c for c in shown if c.drop is not None]
         if wide or not optional or measuring.measure(table).maximum <= width:
             return table

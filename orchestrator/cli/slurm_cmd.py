@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import shlex
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,6 +17,7 @@ from orchestrator.backends.slurm import (
 from orchestrator.backends.slurm.placements import request_for
 from orchestrator.cli.status_document import slurm_document
 from orchestrator.cli.views import print_status
+from orchestrator.home import home_dir
 from orchestrator.spec import load_spec_file
 
 
@@ -43,7 +43,7 @@ def run_sbatch(args: argparse.Namespace) -> int:
         spec = spec.model_copy(update={"workdir": str((Path(args.file).parent / workdir).resolve())})
     config = load_cluster_config(args.cluster_config)
     job_id = f"{spec.name}-{datetime.now(UTC):%Y%m%d-%H%M%S}"
-    home = Path(os.environ.get("GPUCTL_HOME") or Path.home() / ".gpuctl")
+    home = home_dir()
     job_dir = Path(args.job_dir).resolve() if args.job_dir else home / "jobs" / job_id
     request = request_for(spec, job_id, job_dir, config)
     backend = SlurmBackend(config)

@@ -8,6 +8,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from orchestrator.cli.output import JSON, WIDE, Column, fitted_table, print_json, terminal_console, usd
 from orchestrator.spec import format_duration
@@ -16,31 +17,35 @@ SIMULATED_NOTE = "costs are simulated: local nodes are priced as the cloud insta
 
 
 def live_table(doc: dict[str, Any], waiting_reason: str | None) -> Table:
-    table = Table(title=f"gpuctl job {doc['id']}", show_header=False, expand=False)
+    # every value is a Text: a name or message is shown as it is, never read as markup
+    title = Text(f"gpuctl job {doc['id']}", style="table.title")
+    table = Table(title=title, show_header=False, expand=False)
     table.add_column("what", style="bold")
     table.add_column("value")
     state = doc["state"]
     if waiting_reason:
         state += f" ({waiting_reason})"
-    table.add_row("state", state)
+    table.add_row("state", Text(state))
     progress = doc.get("progress")
     if progress:
         total = f"/{progress['total_steps']}" if progress.get("total_steps") else ""
         loss = f"{progress['loss']:.4f}" if progress.get("loss") is not None else "-"
         table.add_row(
-            "step", f"{progress['step']}{total}   loss {loss}   world size {progress.get('world_size')}"
+            "step", Text(f"{progress['step']}{total}   loss {loss}   world size {progress.get('world_size')}")
         )
     seg = doc["segments"][-1] if doc["segments"] else None
     if seg:
         where = (
             f"{seg['nodes']} x {seg['gpu_type']} {seg['market']} in {seg['zone']} ({seg['instance_type']})"
         )
-        table.add_row("running on", where if not seg["ended_at"] else f"(last) {where}")
+        table.add_row("running on", Text(where if not seg["ended_at"] else f"(last) {where}"))
     table.add_row("attempts", f"{doc['attempts']}   preemptions {doc['preemptions']}")
     table.add_row(
         "cost so far",
-        f"{usd(doc['cost_usd'])} USD (on-demand would be {usd(doc['on_demand_equivalent_usd'])} USD)"
-        + ("  [simulated]" if doc["cost_is_simulated"] else ""),
+        Text(
+            f"{usd(doc['cost_usd'])} USD (on-demand would be {usd(doc['on_demand_equivalent_usd'])} USD)"
+            + ("  [simulated]" if doc["cost_is_simulated"] else "")
+        ),
     )
     return table
 

@@ -14,6 +14,7 @@ from datetime import UTC
 from typing import Any
 
 from rich.table import Table
+from rich.text import Text
 
 from orchestrator.costs.report import SUMMED, Report, ReportRow
 
@@ -64,17 +65,26 @@ def to_json(report: Report) -> str:
     return json.dumps(doc, indent=2)
 
 
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+"""What a spreadsheet reads as the start of a formula (OWASP "CSV injection")."""
+
+
 def _csv_value(value: Any) -> str:
+    """A CSV cell: numbers as numbers (a negative one too); a text cell that a spreadsheet would run
+    as a formula (a team named ``=HYPERLINK(...)``) gets a leading single quote, shown as text."""
     if value is None:
         return ""
     if isinstance(value, float):
         return f"{value:.6f}"
-    return str(value)
+    if isinstance(value, int):
+        return str(value)
+    text = str(value)
+    return "'" + text if text.startswith(FORMULA_STARTS) else text
 
 
 def to_csv(report: Report) -> str:
     out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
+    writer = csv.writer(out, lineterminator="\r\n")  # RFC 4180; a CR or LF in a name is then quoted
     writer.writerow([report.by.value if c == "name" else c for c in COLUMNS])
     for row in [*report.rows, report.totals]:
         fields = row_fields(row)
@@ -138,10 +148,10 @@ def to_table(report: Report, limit: int | None = TABLE_ROWS) -> Table:
     headers = [*TABLE_HEADERS]
     headers[0] = report.by.value
     for i, header in enumerate(headers):
-        table.add_column(header, footer=totals[i], justify="left" if i == 0 else "right")
+        table.add_column(header, footer=Text(totals[i]), justify="left" if i == 0 else "right")
     shown = report.rows if limit is None or len(report.rows) <= limit else report.rows[:limit]
     for row in shown:
-        table.add_row(*table_cells(row))
+        table.add_row(*map(Text, table_cells(row)))  # Text: a user or team name is never markup
     rest = report.rows[len(shown) :]
     if rest:
         other = ReportRow(f"({len(rest)} more)")
@@ -149,7 +159,7 @@ def to_table(report: Report, limit: int | None = TABLE_ROWS) -> Table:
             other.jobs += row.jobs
             for name in SUMMED:
                 setattr(other, name, getattr(other, name) + getattr(row, name))
-        table.add_row(*table_cells(other), style="dim")
+        table.add_row(*map(Text, table_cells(other)), style="dim")
     if report.notes:
-        table.caption = "; ".join(report.notes)
+        table.caption = Text("; ".join(report.notes), style="table.caption")
     return table

@@ -2,13 +2,14 @@
 
 Every write that matters runs in one transaction, so killing the controller at any instant leaves
 either the old or the new state. Status changes go through :meth:`JobStore.transition`, which checks
-the transitions table and writes the event in the same transaction.
+the transitions table and writes the event in the same transaction. A store opened ``read_only``
+never writes, nor locks out a writer. Opening, the schema version and the mapping of SQLite's errors
+to gpuctl's are :mod:`orchestrator.state.database`'s.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import sqlite3
 from collections.abc import Iterator, Sequence
@@ -18,52 +19,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from orchestrator.errors import NotFoundError
+from orchestrator.errors import InternalError, NotFoundError
+from orchestrator.home import HOME_MODE, home_dir
+from orchestrator.state import database
 from orchestrator.state.records import EventRecord, JobRecord, SegmentRecord
 from orchestrator.state.status import FailureReason, JobStatus, check_transition
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS jobs (
-    id TEXT PRIMARY KEY, name TEXT NOT NULL, user TEXT NOT NULL, team TEXT NOT NULL,
-    backend TEXT NOT NULL, status TEXT NOT NULL, failure_reason TEXT, message TEXT NOT NULL DEFAULT '',
-    spec_json TEXT NOT NULL, options_json TEXT NOT NULL DEFAULT '{}',
-    submitted_at TEXT NOT NULL, deadline TEXT, updated_at TEXT NOT NULL,
-    attempts INTEGER NOT NULL DEFAULT 0, preemptions INTEGER NOT NULL DEFAULT 0,
-    restarts INTEGER NOT NULL DEFAULT 0, cancel_requested INTEGER NOT NULL DEFAULT 0,
-    summary_json TEXT NOT NULL DEFAULT '{}'
-);
-CREATE TABLE IF NOT EXISTS attempts (
-    job_id TEXT NOT NULL REFERENCES jobs(id), attempt INTEGER NOT NULL,
-    placement_json TEXT NOT NULL, started_at TEXT NOT NULL, ended_at TEXT, end_reason TEXT,
-    PRIMARY KEY (job_id, attempt)
-);
-CREATE TABLE IF NOT EXISTS nodes (
-    node_id TEXT PRIMARY KEY, job_id TEXT NOT NULL REFERENCES jobs(id), attempt INTEGER NOT NULL,
-    launch_state TEXT NOT NULL, created_at TEXT NOT NULL, notice_at TEXT, ended_at TEXT, phase TEXT
-);
-CREATE TABLE IF NOT EXISTS segments (
-    id INTEGER PRIMARY KEY AUTOINCREMENT, job_id TEXT NOT NULL REFERENCES jobs(id),
-    attempt INTEGER NOT NULL, gpu_type TEXT NOT NULL, instance_type TEXT NOT NULL, market TEXT NOT NULL,
-    cloud TEXT NOT NULL, region TEXT NOT NULL, zone TEXT NOT NULL, nodes INTEGER NOT NULL,
-    gpus_per_node INTEGER NOT NULL, started_at TEXT NOT NULL, ended_at TEXT,
-    node_price_usd_per_hour REAL NOT NULL, on_demand_node_price_usd_per_hour REAL NOT NULL,
-    price_source TEXT NOT NULL, end_reason TEXT
-);
-CREATE TABLE IF NOT EXISTS events (
-    id INTEGER PRIMARY KEY AUTOINCREMENT, job_id TEXT NOT NULL REFERENCES jobs(id),
-    time TEXT NOT NULL, kind TEXT NOT NULL, message TEXT NOT NULL, status TEXT
-);
-CREATE TABLE IF NOT EXISTS market_history (
-    job_id TEXT PRIMARY KEY REFERENCES jobs(id), observed_at TEXT NOT NULL, history_json TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS segments_job ON segments(job_id);
-CREATE INDEX IF NOT EXISTS events_job ON events(job_id);
-CREATE INDEX IF NOT EXISTS nodes_job ON nodes(job_id, attempt);
-"""
-
-
-def gpuctl_home() -> Path:
-    return Path(os.environ.get("GPUCTL_HOME") or Path.home() / ".gpuctl")
 
 
 def _ts(moment: datetime | None) -> str | None:
@@ -78,8 +38,8 @@ def _req_dt(text: str) -> datetime:
     return datetime.fromisoformat(text)
 
 
-def open_store(home: Path | None = None) -> JobStore:
-    return JobStore(home)
+def open_store(home: Path | None = None, read_only: bool = False) -> JobStore:
+    return JobStore(home, read_only)
 
 
 @dataclass(frozen=True)
@@ -96,33 +56,41 @@ class NodeRecord:
 
 
 class JobStore:
-    """All persistent job state. One instance per process; connections are per thread."""
+    """All persistent job state. One instance per process; connections are per thread.
 
-    def __init__(self, home: Path | None = None) -> None:
-        self.home = home or gpuctl_home()
-        self.home.mkdir(parents=True, exist_ok=True)
+    ``read_only``: never write, never take the write lock (``gpuctl list``, ``status``, ``events``,
+    ``cost report``); works on a read-only home. Creating or upgrading the file still needs a writer.
+    """
+
+    def __init__(self, home: Path | None = None, read_only: bool = False) -> None:
+        self.home = home or home_dir()
+        self.read_only = read_only
         self.path = self.home / "gpuctl.db"
-        with self._connect() as conn:
-            conn.executescript(SCHEMA)
+        database.prepare(self.home, self.path, read_only)
 
     def _connect(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-        conn.row_factory = sqlite3.Row
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
-        conn.execute("PRAGMA foreign_keys=ON")
-        return conn
+        return database.connect(self.path, self.read_only)
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction; a SQLite error in it (or its COMMIT) rolls it all back and is raised
+        as the gpuctl error that says what happened (:func:`database.store_error`)."""
+        if self.read_only:
+            raise InternalError(f"a write to the job store {self.path}, opened read-only")
         conn = self._connect()
         try:
-            conn.execute("BEGIN IMMEDIATE")
-            yield conn
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                raise database.store_error(exc, self.path) from exc
+            try:
+                yield conn
+                conn.execute("COMMIT")
+            except BaseException as exc:
+                database.rollback_quietly(conn)
+                if isinstance(exc, sqlite3.Error):
+                    raise database.store_error(exc, self.path) from exc
+                raise
         finally:
             conn.close()
 
@@ -130,12 +98,17 @@ class JobStore:
         conn = self._connect()
         try:
             return list(conn.execute(sql, args))
+        except sqlite3.Error as exc:
+            raise database.store_error(exc, self.path) from exc
         finally:
             conn.close()
 
     def job_dir(self, job_id: str) -> Path:
+        """The job's folder (created 0700 by a writer: its files may hold the job's secrets)."""
         path = self.home / "jobs" / job_id
-        path.mkdir(parents=True, exist_ok=True)
+        if not self.read_only and not path.is_dir():
+            path.parent.mkdir(mode=HOME_MODE, exist_ok=True)
+            path.mkdir(mode=HOME_MODE, exist_ok=True)
         return path
 
     # --- jobs -------------------------------------------------------------------------------
@@ -167,7 +140,9 @@ class JobStore:
     def job(self, job_id: str) -> JobRecord:
         rows = self._query("SELECT * FROM jobs WHERE id = ?", (job_id,))
         if not rows:
-            matches = self._query("SELECT * FROM jobs WHERE id LIKE ? OR name = ?", (f"{job_id}%", job_id))
+            matches = self._query(  # a prefix of the id, taken literally (no LIKE wildcards), or the name
+                "SELECT * FROM jobs WHERE substr(id, 1, length(?1)) = ?1 OR name = ?1", (job_id,)
+            )
             if len(matches) != 1:
                 hint = "several jobs match; give the full id" if matches else "see `gpuctl list`"
                 raise NotFoundError(f"no job '{job_id}'", hint)

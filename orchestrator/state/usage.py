@@ -39,19 +39,6 @@ log = logging.getLogger(__name__)
 SUMMARY_GLOB = "monitor-summary*.jsonl"
 EVENT_KIND = "gpu_monitor"
 
-_TABLES = (
-    """CREATE TABLE IF NOT EXISTS gpu_usage_windows (
-        job_id TEXT NOT NULL, source TEXT NOT NULL, line_offset INTEGER NOT NULL,
-        start REAL NOT NULL, end REAL NOT NULL, duration_s REAL NOT NULL, gpus INTEGER NOT NULL,
-        model TEXT NOT NULL, samples INTEGER NOT NULL, util_mean_pct REAL NOT NULL,
-        util_p95_pct REAL NOT NULL, util_max_pct REAL NOT NULL, mem_used_max_bytes INTEGER NOT NULL,
-        mem_total_bytes INTEGER NOT NULL, sm_activity_mean REAL, idle_seconds REAL NOT NULL,
-        record_json TEXT NOT NULL, PRIMARY KEY (job_id, source, line_offset))""",
-    """CREATE TABLE IF NOT EXISTS gpu_usage_files (
-        job_id TEXT NOT NULL, source TEXT NOT NULL, offset INTEGER NOT NULL, PRIMARY KEY (job_id, source))""",
-)
-_created: set[Path] = set()
-
 
 def usage_from_files(job_dir: Path) -> GpuUsage | None:
     """The aggregate straight from a job folder's summary files (when nothing is stored)."""
@@ -80,12 +67,7 @@ class UsageStore:
     """The stored windows of the job store's jobs."""
 
     def __init__(self, store: JobStore) -> None:
-        self.store = store
-        if store.path not in _created:
-            with store.transaction() as conn:
-                for sql in _TABLES:
-                    conn.execute(sql)
-            _created.add(store.path)
+        self.store = store  # its schema holds the tables gpu_usage_windows and gpu_usage_files
 
     def offsets(self, job_id: str) -> dict[str, int]:
         rows = self.store._query("SELECT source, offset FROM gpu_usage_files WHERE job_id = ?", (job_id,))

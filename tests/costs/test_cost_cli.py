@@ -145,14 +145,17 @@ def test_report_reads_the_job_store(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     store = FakeStore()
-    opened: list[Path] = []
-    monkeypatch.setattr("orchestrator.state.store.open_store", lambda home: opened.append(home) or store)
+    opened: list[tuple[Path, bool]] = []
+    monkeypatch.setattr(
+        "orchestrator.state.store.open_store",
+        lambda home, read_only=False: opened.append((home, read_only)) or store,
+    )
     monkeypatch.setenv("GPUCTL_HOME", str(tmp_path))
     inputs = load_report_inputs(tmp_path)
     assert inputs.idle == store.idle and len(inputs.segments) == len(store.segs)
     assert main(["cost", "report", "--by", "user", "--since", "3650d", "-o", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert opened == [tmp_path, tmp_path] and isinstance(store.since, datetime)
+    assert opened == [(tmp_path, True)] * 2 and isinstance(store.since, datetime), "the report only reads"
     expected = sum(c.cost_usd for c in job_costs(store.jobs, store.segs, datetime.now(UTC)))
     assert (
         doc["totals"]["totalCost"] == pytest.approx(expected) and doc["totals"]["gpuEfficiency"] is not None

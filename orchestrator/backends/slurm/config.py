@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from orchestrator.catalog.offers import MarketKind
 from orchestrator.errors import NotFoundError, UserError
+from orchestrator.home import home_dir
 
 CONFIG_ENV = "GPUCTL_SLURM_CONFIG"
 
@@ -57,8 +58,7 @@ class SlurmClusterConfig(BaseModel):
 
 
 def default_config_path() -> Path:
-    home = Path(os.environ.get("GPUCTL_HOME") or Path.home() / ".gpuctl")
-    return Path(os.environ.get(CONFIG_ENV) or home / "slurm.yaml")
+    return Path(os.environ.get(CONFIG_ENV) or home_dir() / "slurm.yaml")
 
 
 def load_cluster_config(path: str | Path | None = None) -> SlurmClusterConfig:
