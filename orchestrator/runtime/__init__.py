@@ -16,7 +16,7 @@ Imports only torch, numpy, the standard library, :mod:`orchestrator.contract` an
 :mod:`orchestrator.errors` (boto3 lazily, for ``s3://`` checkpoints).
 """
 
-from orchestrator.runtime.checkpoint import CheckpointStore, Manifest
+from orchestrator.runtime.checkpoint import CheckpointStore, Manifest, UnsafeCheckpointError
 from orchestrator.runtime.data import GlobalBatchSampler, RankBatch
 from orchestrator.runtime.notice import NoticeWatcher, parse_signal
 from orchestrator.runtime.progress import ProgressFile
@@ -36,6 +36,7 @@ __all__ = [
     "Runtime",
     "S3Storage",
     "Storage",
+    "UnsafeCheckpointError",
     "capture_rng",
     "clone_to_cpu",
     "open_storage",

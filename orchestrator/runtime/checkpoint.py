@@ -249,8 +249,8 @@ class CheckpointStore:
                 self.storage.remove_dir(name)
 
     def _stale(self, name: str) -> bool:
-        age = self.storage.age_s(name)
-        return age is None or age >= self.stale_after_s
+        age = self.storage.age_s(name)  # None: gone, empty or unknown; leave it alone
+        return age is not None and age >= self.stale_after_s
 
 
 _UNSUPPORTED = re.compile(r"Unsupported global: GLOBAL ([\w.]+)")
