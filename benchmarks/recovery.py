@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import statistics
@@ -29,6 +28,7 @@ from torch import nn
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from orchestrator.contract import read_progress_records  # noqa: E402
 from orchestrator.runtime import LocalStorage, Runtime  # noqa: E402
 
 TRAIN = REPO / "examples" / "quickstart" / "train.py"
@@ -98,10 +98,7 @@ def _start(work: Path, steps: int, every: int) -> subprocess.Popen[bytes]:
 
 
 def _records(work: Path) -> list[dict[str, object]]:
-    path = work / "progress.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return read_progress_records(work / "progress.jsonl")  # skips a line torn by the SIGKILL
 
 
 def _step_lines(work: Path) -> list[dict[str, object]]:

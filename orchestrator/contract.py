@@ -9,7 +9,11 @@ torchrun's own variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, ...) are se
 
 from __future__ import annotations
 
+import json
+import os
 import signal
+from pathlib import Path
+from typing import Any
 
 ENV_JOB_ID = "GPUCTL_JOB_ID"
 ENV_ATTEMPT = "GPUCTL_ATTEMPT"
@@ -29,7 +33,11 @@ ENV_GLOBAL_BATCH = "GPUCTL_GLOBAL_BATCH"
 ENV_PROGRESS_FILE = "GPUCTL_PROGRESS_FILE"
 """Rank 0 appends one JSON object per line: ``{"time", "step", "total_steps", "loss", "world_size",
 "metrics": {...}}``; a final line has ``"event": "finished"`` and may carry ``"metrics"`` such as
-``{"accuracy": 0.97}``. The controller reads the last lines for live progress and the summary."""
+``{"accuracy": 0.97}``. The controller reads the last lines for live progress and the summary.
+
+A writer killed mid-append leaves a torn last line; the next writer starts its record on a new line
+(see :mod:`orchestrator.runtime.progress`), and every reader uses :func:`read_progress_records`,
+which skips torn lines."""
 
 ENV_NOTICE_SIGNAL = "GPUCTL_NOTICE_SIGNAL"
 """Name of the signal that announces a preemption (default SIGTERM). On it the runtime checkpoints
@@ -45,3 +53,30 @@ nodes they sent a notice to."""
 ENV_NOTICE_FILE = "GPUCTL_NOTICE_FILE"
 """Optional path: when this file appears, the runtime treats it as a preemption notice (used by the
 monitor sidecar, which polls the cloud's metadata endpoint, on backends where it cannot signal)."""
+
+
+def parse_progress_records(text: str) -> list[dict[str, Any]]:
+    """The records of progress-file text, in order; a line that is not one JSON object is skipped."""
+    records = []
+    for line in text.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # torn by a writer killed mid-append (or the cut start of a tail)
+        if isinstance(record, dict):
+            records.append(record)
+    return records
+
+
+def read_progress_records(path: str | Path, tail_bytes: int | None = None) -> list[dict[str, Any]]:
+    """Every complete record of the progress file at ``path`` (only of its last ``tail_bytes`` when
+    given), in file order; [] when it cannot be read."""
+    try:
+        with open(path, "rb") as handle:
+            if tail_bytes is not None:
+                size = handle.seek(0, os.SEEK_END)
+                handle.seek(max(0, size - tail_bytes))
+            data = handle.read()
+    except OSError:
+        return []
+    return parse_progress_records(data.decode("utf-8", "replace"))

@@ -2,32 +2,20 @@
 
 from __future__ import annotations
 
-import json
-import os
 from datetime import datetime
 from pathlib import Path
 
 from orchestrator.backends.base import Progress
+from orchestrator.contract import read_progress_records
 
 TAIL_BYTES = 16384
 
 
 def read_progress(path: Path) -> Progress | None:
     """The newest step line of the progress file, with the final metrics if training finished."""
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            fh.seek(max(0, fh.tell() - TAIL_BYTES))
-            lines = fh.read().decode("utf-8", "replace").splitlines()
-    except OSError:
-        return None
     step_line: dict[str, object] | None = None
     finished: dict[str, object] | None = None
-    for line in reversed(lines):
-        try:
-            doc = json.loads(line)
-        except ValueError:
-            continue
+    for doc in reversed(read_progress_records(path, TAIL_BYTES)):
         if finished is None and doc.get("event") == "finished":
             finished = doc
         if "event" not in doc and "step" in doc:
@@ -61,13 +49,8 @@ def _opt_float(v: object) -> float | None:
 def read_step_times(path: Path) -> list[tuple[datetime, int]]:
     """(time, step) of every step line of the progress file, in file order (for throughput)."""
     points: list[tuple[datetime, int]] = []
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return points
-    for line in text.splitlines():
+    for doc in read_progress_records(path):
         try:
-            doc = json.loads(line)
             if "event" not in doc and "step" in doc and doc.get("time"):
                 points.append((datetime.fromisoformat(str(doc["time"])), int(doc["step"])))
         except (ValueError, TypeError, AttributeError):

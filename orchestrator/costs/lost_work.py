@@ -6,30 +6,24 @@ computed twice. Their cost uses the measured time per step (median of step-to-st
 
 from __future__ import annotations
 
-import json
 import statistics
 from datetime import datetime
 from pathlib import Path
 
+from orchestrator.contract import read_progress_records
 from orchestrator.costs.ledger import LostWork
 
 RESUME_EVENT = "resumed"
 
 
 def lost_work_from_progress(path: Path) -> LostWork | None:
-    try:
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
+    if not path.is_file():
         return None
     reached = 0
     lost = 0
     step_times: list[tuple[int, datetime]] = []
     gaps: list[float] = []
-    for line in lines:
-        try:
-            doc = json.loads(line)
-        except ValueError:
-            continue  # a torn last line of a killed writer
+    for doc in read_progress_records(path):
         if doc.get("event") == RESUME_EVENT:
             resumed = int(doc.get("step", 0))
             lost += max(0, reached - resumed)

@@ -9,12 +9,12 @@ Thresholds come from sources people trust:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from orchestrator.contract import read_progress_records
 from orchestrator.errors import NotFoundError, UserError
 from orchestrator.monitor.summary import read_summaries
 
@@ -265,17 +265,10 @@ def diagnose(
 def read_step_timings(path: str | Path) -> list[StepTiming]:
     """Per-step timings from a progress file: ``data_s``/``compute_s`` at the top or under ``metrics``."""
     steps = []
-    with Path(path).open(encoding="utf-8") as handle:
-        for line in handle:
-            try:
-                record = json.loads(line) if line.strip() else None
-            except ValueError:
-                continue  # a line being written while we read
-            if not isinstance(record, dict):
-                continue
-            source = record if "data_s" in record else record.get("metrics") or {}
-            if isinstance(source, dict) and "data_s" in source and "compute_s" in source:
-                steps.append(StepTiming(float(source["data_s"]), float(source["compute_s"])))
+    for record in read_progress_records(path):
+        source = record if "data_s" in record else record.get("metrics") or {}
+        if isinstance(source, dict) and "data_s" in source and "compute_s" in source:
+            steps.append(StepTiming(float(source["data_s"]), float(source["compute_s"])))
     return steps
 
 

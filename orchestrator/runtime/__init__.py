@@ -20,7 +20,7 @@ from orchestrator import extras
 
 extras.check("torch", "the training runtime (orchestrator.runtime)")  # one clear line, not a traceback
 
-from orchestrator.runtime.checkpoint import CheckpointStore, Manifest  # noqa: E402
+from orchestrator.runtime.checkpoint import CheckpointStore, Manifest, UnsafeCheckpointError  # noqa: E402
 from orchestrator.runtime.data import GlobalBatchSampler, RankBatch  # noqa: E402
 from orchestrator.runtime.notice import NoticeWatcher, parse_signal  # noqa: E402
 from orchestrator.runtime.progress import ProgressFile  # noqa: E402
@@ -40,6 +40,7 @@ __all__ = [
     "Runtime",
     "S3Storage",
     "Storage",
+    "UnsafeCheckpointError",
     "capture_rng",
     "clone_to_cpu",
     "open_storage",

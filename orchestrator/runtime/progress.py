@@ -1,9 +1,15 @@
-"""The progress file: JSON lines appended by rank 0 (format in :mod:`orchestrator.contract`)."""
+"""The progress file: JSON lines appended by rank 0 (format in :mod:`orchestrator.contract`).
+
+Each record is one ``os.write`` on an ``O_APPEND`` file. A writer killed mid-record (SIGKILL, node
+loss) leaves a torn last line; the next record then starts with a newline, so it never continues
+the torn line (which readers skip) and is not lost with it.
+"""
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import threading
 from datetime import UTC, datetime
 from pathlib import Path
@@ -34,9 +40,17 @@ class ProgressFile:
         if self.path is None:
             return
         line = json.dumps({"time": _now(), **{k: _clean(v) for k, v in record.items()}}, sort_keys=False)
-        with self._lock, self.path.open("a", encoding="utf-8") as fh:
-            fh.write(line + "\n")
-            fh.flush()
+        data = (line + "\n").encode()
+        with self._lock:
+            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                size = os.fstat(fd).st_size
+                if size and os.pread(fd, 1, size - 1) != b"\n":
+                    data = b"\n" + data  # the last record was torn: do not continue its line
+                while data:  # one write for a regular file; the loop only guards a short write
+                    data = data[os.write(fd, data) :]
+            finally:
+                os.close(fd)
 
     def step(
         self,

@@ -21,7 +21,7 @@ from orchestrator.contract import (
     PREEMPTED_EXIT_CODE,
 )
 from orchestrator.errors import UserError
-from orchestrator.runtime.checkpoint import CheckpointStore
+from orchestrator.runtime.checkpoint import CheckpointStore, check_plain
 from orchestrator.runtime.lifetime import die_with_parent, under_torchrun
 from orchestrator.runtime.notice import NoticeWatcher
 from orchestrator.runtime.progress import ProgressFile
@@ -105,7 +105,8 @@ class Runtime:
         self.total_steps = total_steps
         self.async_write = async_write
         self.extra: dict[str, Any] = {}
-        """User state (plain values or tensors) saved in every checkpoint and restored by resume()."""
+        """User state saved in every checkpoint and restored by resume(): tensors and plain values
+        only (dict, list, tuple, str, int, float, bool, None); anything else is refused."""
         self.rank = dist.get_rank() if _distributed() else int(os.environ.get("RANK", "0"))
         self.world_size = dist.get_world_size() if _distributed() else 1
         self.progress = ProgressFile(progress_file if self.rank == 0 else None)
@@ -250,6 +251,7 @@ class Runtime:
         self.wait()
         started = time.perf_counter()
         state = self.snapshot(step)
+        check_plain(state)  # on every rank, so that all of them stop together
         self.last_checkpoint_step = step
         self._last_checkpoint_time = time.monotonic()
         if self.rank == 0:

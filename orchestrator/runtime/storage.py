@@ -1,18 +1,25 @@
 """Where checkpoint files live: a local directory or ``s3://bucket/prefix``.
 
-Both stores write a file completely before it becomes visible under its final name: locally via a
-temporary file, fsync and rename; on S3 a PUT is atomic by itself. Completeness of a whole checkpoint
-is decided by its manifest (see :mod:`orchestrator.runtime.checkpoint`), which is written last.
+A checkpoint folder is written in three calls: :meth:`Storage.begin` names a folder to write the
+files into, :meth:`Storage.write` writes each file, :meth:`Storage.commit` publishes the folder.
+Locally the files go into a hidden folder ``.tmp-step-N-PID-RANDOM`` (unique per writer), each file
+is fsynced, and the folder is renamed to ``step-N`` and the root fsynced: a ``step-N`` folder is
+never seen half written, and no two writers share a folder. On S3 there is no rename; each PUT is
+atomic and the manifest, written last, marks the folder complete (see
+:mod:`orchestrator.runtime.checkpoint`).
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
@@ -20,7 +27,11 @@ from orchestrator.errors import EnvironmentProblem, NotFoundError, TemporaryErro
 
 SLOW_WRITE_ENV = "GPUCTL_TEST_SLOW_CHECKPOINT_WRITE_S"
 """Fault injection for tests: seconds to sleep after a checkpoint data file is written to its
-temporary name and before it is renamed into place, so a test can kill the job mid-write."""
+work folder and before the manifest is written and the folder published, so a test can kill the job
+mid-write."""
+
+TEMP_PREFIX = ".tmp-"
+"""Names of folders being written (locally); never a checkpoint, removed by cleanup once stale."""
 
 
 class HashingWriter:
@@ -60,21 +71,42 @@ def _slow_write_pause() -> None:
 class Storage(Protocol):
     """A flat namespace of ``dir/name`` files; directories are checkpoint step folders."""
 
+    def begin(self, folder: str) -> str:
+        """Start writing checkpoint folder ``folder``; return the folder to write its files into."""
+        ...
+
     def write(self, rel: str, fill: WriteFn, *, inject_delay: bool = False) -> tuple[str, int]:
-        """Write ``rel`` atomically with ``fill``; return (sha256 hex, size in bytes)."""
+        """Write ``rel`` durably with ``fill``; return (sha256 hex, size in bytes)."""
+        ...
+
+    def commit(self, work: str, folder: str) -> None:
+        """Publish the files written under ``work`` as ``folder`` (replacing an older copy)."""
+        ...
+
+    def abort(self, work: str) -> None:
+        """Give up on ``work`` after a failed write."""
         ...
 
     def read_bytes(self, rel: str) -> bytes: ...
 
-    def local_copy(self, rel: str) -> Path:
-        """A local path holding the file's content (the file itself, or a downloaded copy)."""
+    def local_copy(self, rel: str) -> AbstractContextManager[Path]:
+        """A local path holding the file's content while the context is open (the file itself, or
+        a downloaded copy that is removed on exit)."""
         ...
 
     def list_dirs(self) -> list[str]: ...
 
     def exists(self, rel: str) -> bool: ...
 
+    def age_s(self, name: str) -> float | None:
+        """Seconds since anything in folder ``name`` last changed; None when it holds nothing."""
+        ...
+
     def remove_dir(self, name: str) -> None: ...
+
+    def url_of(self, rel: str) -> str:
+        """Where ``rel`` lives, for messages: a path or ``s3://bucket/key``."""
+        ...
 
 
 class LocalStorage:
@@ -85,26 +117,47 @@ class LocalStorage:
     def __repr__(self) -> str:
         return f"LocalStorage({str(self.root)!r})"
 
+    def begin(self, folder: str) -> str:
+        work = f"{TEMP_PREFIX}{folder}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        (self.root / work).mkdir()
+        return work
+
     def write(self, rel: str, fill: WriteFn, *, inject_delay: bool = False) -> tuple[str, int]:
         final = self.root / rel
         final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = final.parent / f".tmp-{final.name}-{os.getpid()}"
-        with tmp.open("wb") as raw:
+        with final.open("wb") as raw:
             writer = HashingWriter(raw)
             fill(writer)
             raw.flush()
             os.fsync(raw.fileno())
         if inject_delay:
             _slow_write_pause()
-        os.replace(tmp, final)
-        _fsync_dir(final.parent)
         return writer.digest.hexdigest(), writer.size
+
+    def commit(self, work: str, folder: str) -> None:
+        source, target = self.root / work, self.root / folder
+        _fsync_dir(source)
+        try:
+            os.rename(source, target)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise
+            # the same step written before (by a converter, or a second writer): swap it out
+            aside = self.root / f"{TEMP_PREFIX}replaced-{folder}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+            os.rename(target, aside)
+            os.rename(source, target)
+            shutil.rmtree(aside, ignore_errors=True)
+        _fsync_dir(self.root)
+
+    def abort(self, work: str) -> None:
+        self.remove_dir(work)
 
     def read_bytes(self, rel: str) -> bytes:
         return (self.root / rel).read_bytes()
 
-    def local_copy(self, rel: str) -> Path:
-        return self.root / rel
+    @contextmanager
+    def local_copy(self, rel: str) -> Iterator[Path]:
+        yield self.root / rel
 
     def list_dirs(self) -> list[str]:
         return sorted(p.name for p in self.root.iterdir() if p.is_dir())
@@ -112,8 +165,19 @@ class LocalStorage:
     def exists(self, rel: str) -> bool:
         return (self.root / rel).is_file()
 
+    def age_s(self, name: str) -> float | None:
+        folder = self.root / name
+        try:
+            times = [folder.stat().st_mtime] + [e.stat().st_mtime for e in os.scandir(folder)]
+        except OSError:
+            return None
+        return time.time() - max(times)
+
     def remove_dir(self, name: str) -> None:
         shutil.rmtree(self.root / name, ignore_errors=True)
+
+    def url_of(self, rel: str) -> str:
+        return str(self.root / rel)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -135,7 +199,6 @@ class S3Storage:
         self.prefix = prefix.strip("/")
         self.url = url
         self._client = client if client is not None else _make_s3_client()
-        self._cache = Path(tempfile.mkdtemp(prefix="gpuctl-s3-"))
 
     def __repr__(self) -> str:
         return f"S3Storage({self.url!r})"
@@ -143,12 +206,22 @@ class S3Storage:
     def _key(self, rel: str) -> str:
         return f"{self.prefix}/{rel}" if self.prefix else rel
 
+    def begin(self, folder: str) -> str:
+        return folder  # objects appear one by one; the manifest, written last, marks completeness
+
+    def commit(self, work: str, folder: str) -> None:
+        pass
+
+    def abort(self, work: str) -> None:
+        pass  # a folder without manifest is ignored, and removed by cleanup once stale
+
     def write(self, rel: str, fill: WriteFn, *, inject_delay: bool = False) -> tuple[str, int]:
-        with tempfile.NamedTemporaryFile(dir=self._cache, delete=False) as raw:
-            writer = HashingWriter(raw)  # type: ignore[arg-type]
-            fill(writer)
-            local = Path(raw.name)
+        handle, name = tempfile.mkstemp(prefix="gpuctl-s3-up-")
+        local = Path(name)
         try:
+            with os.fdopen(handle, "wb") as raw:
+                writer = HashingWriter(raw)
+                fill(writer)
             if inject_delay:
                 _slow_write_pause()
             self._call("upload", self._client.upload_file, str(local), self.bucket, self._key(rel))
@@ -161,12 +234,16 @@ class S3Storage:
         body: bytes = obj["Body"].read()
         return body
 
-    def local_copy(self, rel: str) -> Path:
-        for old in self._cache.glob("dl-*"):  # keep at most one downloaded checkpoint file
-            old.unlink(missing_ok=True)
-        target = self._cache / ("dl-" + rel.replace("/", "__"))
-        self._call("download", self._client.download_file, self.bucket, self._key(rel), str(target))
-        return target
+    @contextmanager
+    def local_copy(self, rel: str) -> Iterator[Path]:
+        handle, name = tempfile.mkstemp(prefix="gpuctl-s3-dl-")
+        os.close(handle)
+        target = Path(name)
+        try:
+            self._call("download", self._client.download_file, self.bucket, self._key(rel), name)
+            yield target
+        finally:
+            target.unlink(missing_ok=True)
 
     def list_dirs(self) -> list[str]:
         prefix = f"{self.prefix}/" if self.prefix else ""
@@ -188,6 +265,19 @@ class S3Storage:
         except Exception:
             return False
         return True
+
+    def age_s(self, name: str) -> float | None:
+        paginator = self._client.get_paginator("list_objects_v2")
+        stamps: list[float] = []
+        try:
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=self._key(name) + "/"):
+                stamps += [obj["LastModified"].timestamp() for obj in page.get("Contents", [])]
+        except Exception:
+            return None  # unknown: cleanup leaves the folder alone
+        return time.time() - max(stamps) if stamps else None
+
+    def url_of(self, rel: str) -> str:
+        return f"s3://{self.bucket}/{self._key(rel)}"
 
     def remove_dir(self, name: str) -> None:
         paginator = self._client.get_paginator("list_objects_v2")

@@ -13,14 +13,14 @@ from typing import Any
 
 import pytest
 
+from orchestrator.contract import read_progress_records
 from tests.controller.conftest import TINY, Gpuctl, write_job
 
 pytestmark = pytest.mark.slow
 
 
 def _progress_events(home: Path, job: str) -> list[dict[str, Any]]:
-    lines = (home / "jobs" / job / "progress.jsonl").read_text().splitlines()
-    return [json.loads(line) for line in lines]
+    return read_progress_records(home / "jobs" / job / "progress.jsonl")
 
 
 def _assert_consistent_segments(doc: dict[str, Any]) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import torch
 
+from orchestrator.contract import read_progress_records
 from orchestrator.runtime import CheckpointStore, LocalStorage
 from tests.controller.conftest import Gpuctl
 
@@ -40,7 +41,7 @@ def _final_params(home: Path, job_id: str) -> dict[str, Any]:
 
 
 def _progress(home: Path, job_id: str) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (home / "jobs" / job_id / "progress.jsonl").read_text().splitlines()]
+    return read_progress_records(home / "jobs" / job_id / "progress.jsonl")
 
 
 def test_two_preemptions_end_bit_identical_to_an_uninterrupted_run(gpuctl: Gpuctl, tmp_path: Path) -> None:

@@ -7,18 +7,18 @@ optimizer state.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
-from orchestrator.contract import PREEMPTED_EXIT_CODE
+from orchestrator.contract import PREEMPTED_EXIT_CODE, read_progress_records
 from orchestrator.runtime import SLOW_WRITE_ENV, CheckpointStore, LocalStorage
 
 REPO = Path(__file__).resolve().parents[2]
@@ -45,15 +45,12 @@ def _start(workdir: Path, extra_env: dict[str, str] | None = None) -> subprocess
     return subprocess.Popen(argv, cwd=workdir, env=env, stdout=log, stderr=log, start_new_session=True)
 
 
-def _progress(workdir: Path) -> list[dict[str, object]]:
-    path = workdir / "progress.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+def _progress(workdir: Path) -> list[dict[str, Any]]:
+    return read_progress_records(workdir / "progress.jsonl")
 
 
 def _last_step(workdir: Path) -> int:
-    steps = [int(r["step"]) for r in _progress(workdir) if "event" not in r]  # type: ignore[call-overload]
+    steps = [int(r["step"]) for r in _progress(workdir) if "event" not in r]
     return max(steps, default=0)
 
 
@@ -112,7 +109,7 @@ def test_interrupted_twice_ends_bit_identical(tmp_path: Path) -> None:
     _finish(proc)
     events = [r for r in _progress(run) if r.get("event") == "preempted"]
     assert len(events) == 1, (run / "log.txt").read_text()[-3000:]
-    noticed = int(events[0]["step"])  # type: ignore[call-overload]
+    noticed = int(events[0]["step"])
     assert 23 <= noticed < STEPS
     log = (run / "log.txt").read_text()
     for rank in (0, 1):
@@ -121,27 +118,26 @@ def test_interrupted_twice_ends_bit_identical(tmp_path: Path) -> None:
     store = CheckpointStore(LocalStorage(run / "ck"))
     assert store.complete_steps()[-1] == noticed
 
-    # 2. resume, then SIGKILL while the next checkpoint's data file is still a temp file
+    # 2. resume, then SIGKILL while the next checkpoint is still in its hidden work folder
     proc = _start(run, {SLOW_WRITE_ENV: "60"})
     torn_step = (noticed // EVERY + 1) * EVERY
     torn_dir = run / "ck" / f"step-{torn_step:08d}"
-    _wait_for(
-        lambda: torn_dir.is_dir() and any(p.name.startswith(".tmp-") for p in torn_dir.iterdir()), 90, proc
-    )
+    work_dirs = f".tmp-step-{torn_step:08d}-*"
+    _wait_for(lambda: any((p / "state.pt").is_file() for p in (run / "ck").glob(work_dirs)), 90, proc)
     os.killpg(proc.pid, signal.SIGKILL)  # torchrun's group; its workers have their own sessions
     proc.wait()
     lines_after_kill = len(_progress(run))
     time.sleep(1.5)  # the runtime makes workers die with their agent: nothing more is written
     assert len(_progress(run)) == lines_after_kill
-    assert not (torn_dir / "manifest.json").exists()
+    assert not torn_dir.exists()
     assert store.complete_steps()[-1] == noticed
 
     # 3. resume from the notice checkpoint (the torn one is ignored) and run to the end
     assert _finish(_start(run)) == 0
-    resumed = [int(r["step"]) for r in _progress(run) if r.get("event") == "resumed"]  # type: ignore[call-overload]
+    resumed = [int(r["step"]) for r in _progress(run) if r.get("event") == "resumed"]
     assert resumed == [noticed, noticed]
     finished = [r for r in _progress(run) if r.get("event") == "finished"]
-    assert len(finished) == 1 and finished[0]["metrics"]["accuracy"] > 0.5  # type: ignore[index]
+    assert len(finished) == 1 and finished[0]["metrics"]["accuracy"] > 0.5
 
     want, got = _final_state(reference), _final_state(run)
     _assert_identical(want["model"], got["model"], "model")

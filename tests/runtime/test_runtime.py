@@ -166,8 +166,8 @@ def test_snapshot_buffers_are_reused_but_each_checkpoint_keeps_its_values(tmp_pa
     rt.checkpoint(2)
     rt.wait()
     assert all(id(rt._buffers[k]) == i for k, i in buffer_ids.items())  # optimizer state is new
-    saved_first = torch.load(tmp_path / "ck" / "step-00000001" / "state.pt", weights_only=False)["model"]
-    saved_second = torch.load(tmp_path / "ck" / "step-00000002" / "state.pt", weights_only=False)["model"]
+    saved_first = torch.load(tmp_path / "ck" / "step-00000001" / "state.pt", weights_only=True)["model"]
+    saved_second = torch.load(tmp_path / "ck" / "step-00000002" / "state.pt", weights_only=True)["model"]
     for name, tensor in first.items():
         assert torch.equal(saved_first[name], tensor)
         assert torch.equal(saved_second[name], model.state_dict()[name])

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import socket
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import boto3
 import pytest
@@ -75,3 +77,35 @@ def test_runtime_from_env_with_s3(s3_endpoint: str, monkeypatch: pytest.MonkeyPa
         fresh.notice.uninstall()
     finally:
         rt.notice.uninstall()
+
+
+def test_s3_leaves_no_temporary_files(
+    s3_endpoint: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    store = CheckpointStore(open_storage("s3://ckpt/clean"), keep=1)
+    store.save(1, {"w": torch.ones(2)})
+    store.save(2, {"w": torch.full((2,), 2.0)})
+    assert (store.load_latest() or (None,))[0] == 2
+    client = boto3.client("s3", endpoint_url=s3_endpoint)
+    client.put_object(Bucket="ckpt", Key=f"clean/{step_dir(3)}/state.pt", Body=b"bad")
+    client.put_object(
+        Bucket="ckpt",
+        Key=f"clean/{step_dir(3)}/{MANIFEST}",
+        Body=b'{"step": 3, "files": {"state.pt": {"sha256": "0", "bytes": 3}}}',
+    )
+    assert (store.load_latest() or (None,))[0] == 2  # a rejected download is removed too
+    assert list(scratch.iterdir()) == []
+
+
+def test_s3_cleanup_keeps_a_fresh_torn_folder_and_removes_a_stale_one(s3_endpoint: str) -> None:
+    client = boto3.client("s3", endpoint_url=s3_endpoint)
+    client.put_object(Bucket="ckpt", Key=f"torn/{step_dir(1)}/state.pt", Body=b"another writer, mid-write")
+    store = CheckpointStore(open_storage("s3://ckpt/torn"), keep=1)
+    store.save(2, {"w": torch.ones(1)})
+    assert store.steps() == [1, 2]
+    assert store.storage.age_s(step_dir(1)) is not None
+    CheckpointStore(store.storage, keep=1, stale_after_s=0).prune()
+    assert store.steps() == [2]
