@@ -1,0 +1,152 @@
+"""A :class:`JobState` kept in the SQLite store's rows (local and SLURM controllers).
+
+:func:`load_state` reads it from the ``jobs``, ``attempts``, ``nodes`` and ``segments`` tables;
+:func:`save_state` writes what changed between two states, and the engine's events, inside the
+caller's transaction, so a tick's state is committed whole or not at all.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from orchestrator.state.job_state import (
+    JobEvent,
+    JobState,
+    NodeLaunch,
+    NodeState,
+    PlacementState,
+    RightSizePick,
+    SegmentState,
+)
+from orchestrator.state.records import SegmentRecord
+from orchestrator.state.store import JobStore
+
+
+def _ts(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.astimezone(UTC).isoformat()
+
+
+def segment_state(record: SegmentRecord) -> SegmentState:
+    placement = PlacementState(
+        gpu_type=record.gpu_type, market=record.market, cloud=record.cloud, region=record.region,
+        zone=record.zone, instance_type=record.instance_type, gpus_per_node=record.gpus_per_node,
+        node_price_usd_per_hour=record.node_price_usd_per_hour,
+        on_demand_node_price_usd_per_hour=record.on_demand_node_price_usd_per_hour,
+        price_source=record.price_source,
+    )  # fmt: skip
+    return SegmentState(attempt=record.attempt, placement=placement, nodes=record.nodes,
+                        started_at=record.started_at, ended_at=record.ended_at, end_reason=record.end_reason)  # fmt: skip
+
+
+def load_state(store: JobStore, job_id: str) -> JobState:
+    job = store.job(job_id)
+    placement = store.attempt_placement(job.id, job.attempts) if job.attempts else None
+    nodes = store.nodes(job.id, job.attempts) if job.attempts else []
+    options = store.job_options(job.id)
+    sizing = options.get("right_size")
+    return JobState(
+        status=job.status,
+        failure_reason=job.failure_reason,
+        message=job.message,
+        attempt=job.attempts,
+        placement=PlacementState.model_validate(placement) if placement else None,
+        attempt_nodes=tuple(
+            NodeState(node_id=n.node_id, launch=NodeLaunch(n.launch_state), notice_at=n.notice_at) for n in nodes
+        ),
+        segments=tuple(segment_state(s) for s in store.segments(job.id)),
+        restarts=job.restarts,
+        preemptions=job.preemptions,
+        preempted_in_attempt=bool(options.get("preempted_in_attempt", {}).get(str(job.attempts))),
+        right_size=RightSizePick(gpu_type=sizing["gpu_type"], apply=bool(sizing["apply"])) if sizing else None,
+    )
+
+
+def save_state(
+    conn: sqlite3.Connection,
+    job_id: str,
+    old: JobState,
+    new: JobState,
+    events: Sequence[JobEvent],
+    now: datetime,
+) -> None:
+    """Write the difference ``old`` -> ``new`` and ``events`` (inside the caller's transaction)."""
+    conn.execute(
+        "UPDATE jobs SET status = ?, failure_reason = ?, message = ?, updated_at = ?, attempts = ?,"
+        " preemptions = ?, restarts = ? WHERE id = ?",
+        (new.status, new.failure_reason, new.message, _ts(now), new.attempt, new.preemptions, new.restarts,
+         job_id),
+    )  # fmt: skip
+    if new.attempt != old.attempt and new.placement is not None:
+        placement = new.placement.model_dump(mode="json")
+        conn.execute(
+            "INSERT INTO attempts (job_id, attempt, placement_json, started_at) VALUES (?,?,?,?)",
+            (job_id, new.attempt, json.dumps(placement), _ts(now)),
+        )
+    _save_nodes(conn, job_id, old, new, now)
+    _save_segments(conn, job_id, old, new)
+    _save_options(conn, job_id, old, new)
+    conn.executemany(
+        "INSERT INTO events (job_id, time, kind, message, status) VALUES (?,?,?,?,?)",
+        [(job_id, _ts(now), e.kind, e.message, e.status) for e in events],
+    )
+
+
+def _save_nodes(conn: sqlite3.Connection, job_id: str, old: JobState, new: JobState, now: datetime) -> None:
+    before = {n.node_id: n for n in old.attempt_nodes} if new.attempt == old.attempt else {}
+    for node in new.attempt_nodes:
+        was = before.get(node.node_id)
+        ended = _ts(now) if node.launch is NodeLaunch.ENDED else None
+        if was is None:
+            conn.execute(
+                "INSERT INTO nodes (node_id, job_id, attempt, launch_state, created_at, notice_at, ended_at)"
+                " VALUES (?,?,?,?,?,?,?)",
+                (node.node_id, job_id, new.attempt, node.launch, _ts(now), _ts(node.notice_at), ended),
+            )
+        elif was != node:
+            conn.execute(
+                "UPDATE nodes SET launch_state = ?, notice_at = ?, ended_at = COALESCE(ended_at, ?)"
+                " WHERE node_id = ?",
+                (node.launch, _ts(node.notice_at), ended, node.node_id),
+            )
+
+
+def _save_segments(conn: sqlite3.Connection, job_id: str, old: JobState, new: JobState) -> None:
+    ids = [r[0] for r in conn.execute("SELECT id FROM segments WHERE job_id = ? ORDER BY id", (job_id,))]
+    for index, segment in enumerate(new.segments):
+        if index < len(old.segments) and index < len(ids):
+            if old.segments[index] != segment:
+                conn.execute(
+                    "UPDATE segments SET started_at = ?, ended_at = ?, end_reason = ? WHERE id = ?",
+                    (_ts(segment.started_at), _ts(segment.ended_at), segment.end_reason, ids[index]),
+                )
+            continue
+        p = segment.placement
+        conn.execute(
+            "INSERT INTO segments (job_id, attempt, gpu_type, instance_type, market, cloud, region, zone, nodes,"
+            " gpus_per_node, started_at, ended_at, end_reason, node_price_usd_per_hour,"
+            " on_demand_node_price_usd_per_hour, price_source) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                job_id, segment.attempt, p.gpu_type, p.instance_type, p.market, p.cloud, p.region, p.zone,
+                segment.nodes, p.gpus_per_node, _ts(segment.started_at), _ts(segment.ended_at),
+                segment.end_reason, p.node_price_usd_per_hour, p.on_demand_node_price_usd_per_hour,
+                p.price_source,
+            ),
+        )  # fmt: skip
+
+
+def _save_options(conn: sqlite3.Connection, job_id: str, old: JobState, new: JobState) -> None:
+    updates: dict[str, Any] = {}
+    if new.right_size != old.right_size and new.right_size is not None:
+        updates["right_size"] = new.right_size.model_dump(mode="json")
+    if new.preempted_in_attempt != old.preempted_in_attempt or new.attempt != old.attempt:
+        updates["preempted_in_attempt"] = {str(new.attempt): new.preempted_in_attempt}
+    if not updates:
+        return
+    row = conn.execute("SELECT options_json FROM jobs WHERE id = ?", (job_id,)).fetchone()
+    options = dict(json.loads(row[0])) if row else {}
+    options.update(updates)
+    conn.execute("UPDATE jobs SET options_json = ? WHERE id = ?", (json.dumps(options), job_id))
