@@ -1,4 +1,9 @@
-"""The driver: gathers a :class:`JobView`, calls :func:`reconcile`, applies the actions.
+"""The driver: gathers a :class:`JobView`, calls :func:`reconcile`, applies the actions through the engine.
+
+The driver is the engine's host for the local and SLURM backends: the job's :class:`JobState` lives in
+the SQLite store, :func:`orchestrator.controller.engine.apply` computes the new state and the effects,
+the driver commits the state and then has the backend carry out the effects. (The Kubernetes operator
+hosts the same engine with the GPUJob's status as the store and pods as the effects.)
 
 Crash safety comes from ordering. All state changes of one tick are written in one transaction
 *before* any side effect; nodes are written as ``intent`` first and launched after the commit.
@@ -11,35 +16,27 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, assert_never
 
 from orchestrator.backends.base import Backend, LaunchRequest, Placement
 from orchestrator.catalog.offers import MarketKind
-from orchestrator.controller.actions import (
-    Action,
-    CloseSegment,
-    CountPreemption,
-    CountRestart,
-    MarkNodesEnded,
-    OpenSegment,
-    RecordEvent,
-    RightSize,
-    SegmentStartsNow,
-    StartAttempt,
-    StopNodes,
-    Transition,
-)
+from orchestrator.controller import engine
+from orchestrator.controller.actions import Action, CloseSegment, StopNodes, Transition
 from orchestrator.controller.market_choice import MarketView, ZoneMarket, changeover_hours
 from orchestrator.controller.measurements import gpu_measurements, monitor_usage
 from orchestrator.controller.placement import Candidates, candidates_for
 from orchestrator.controller.reconcile import JobView, reconcile
+from orchestrator.errors import SpecError
 from orchestrator.policies import GpuMeasurement, ZoneHistory
-from orchestrator.spec import JobSpec, spec_from_json
+from orchestrator.spec import Checkpoint, JobSpec, spec_from_json
 from orchestrator.spec import RightSize as RightSizeMode
-from orchestrator.state.records import JobRecord, SegmentRecord
-from orchestrator.state.status import JobStatus
-from orchestrator.state.store import JobStore, StoreWrites
+from orchestrator.state.job_state import JobEvent, JobState, NodeLaunch, SegmentState
+from orchestrator.state.records import JobRecord
+from orchestrator.state.state_rows import load_state, save_state
+from orchestrator.state.status import FailureReason, JobStatus
+from orchestrator.state.store import JobStore
 from orchestrator.state.usage import UsageStore
 
 log = logging.getLogger(__name__)
@@ -54,6 +51,8 @@ def placement_to_dict(placement: Placement) -> dict[str, Any]:
 
 
 class Driver:
+    """The local and SLURM hosts of the engine: state in the SQLite store, effects through the backend."""
+
     def __init__(self, store: JobStore, backend: Backend) -> None:
         self.store = store
         self.backend = backend
@@ -63,91 +62,121 @@ class Driver:
         """One reconcile round for one job. Returns the actions applied (for tests and logs)."""
         now = now or datetime.now(UTC)
         job = self.store.job(job_id)
-        spec = spec_from_json(job.spec_json)
+        try:
+            spec = stored_spec(job)
+        except SpecError:
+            if not job.status.terminal:
+                raise  # the controller fails the job (see Controller.tick_job)
+            self._stop_ended_nodes(job, load_state(self.store, job.id), _DEFAULT_GRACE_S)
+            return []  # already ended for it: only stop leftovers
         UsageStore(self.store).ingest(job.id, now)  # new GPU monitor window summaries of the job's nodes
-        self._finish_interrupted(job, spec, now)
-        view = self._view(job, spec, now)
+        state = self._finish_interrupted(job, load_state(self.store, job.id), spec, now)
+        view, observed = self._view(job, state, spec, now)
         actions = reconcile(view)
-        if actions:
-            self._apply(job, spec, view, actions, now)
+        if actions or observed != state:
+            self._apply(job, state, observed, spec, view, actions, now)
         return actions
 
-    # --- 0. finish what a crash interrupted, and the backend's own duties -----------------------
-    def _finish_interrupted(self, job: JobRecord, spec: JobSpec, now: datetime) -> None:
-        if job.attempts == 0:
-            return
-        nodes = self.store.nodes(job.id, job.attempts)
-        intents = [n.node_id for n in nodes if n.launch_state == "intent"]
-        if intents and not job.status.terminal:
-            self._launch(job, spec, job.attempts, intents)
-        ended = [n.node_id for n in nodes if n.launch_state == "ended"]
+    def fail(self, job_id: str, reason: FailureReason, message: str, now: datetime) -> bool:
+        """End a job the ticks cannot get past (an error in its data): FAILED with ``reason``, an event,
+        its open segment closed and its nodes stopped. Returns False when the job had already ended."""
+        job = self.store.job(job_id)
+        state = load_state(self.store, job.id)
+        if state.status.terminal:
+            return False
+        try:
+            grace = stored_spec(job).checkpoint.notice_grace_seconds
+        except SpecError:
+            grace = _DEFAULT_GRACE_S
+        actions: list[Action] = [StopNodes((), grace, "failed")]
+        if state.open_segment is not None:
+            actions.append(CloseSegment("failed"))
+        actions.append(Transition(JobStatus.FAILED, message, reason))
+        alive = state.node_ids(NodeLaunch.INTENT) + state.node_ids(NodeLaunch.LAUNCHED)
+        applied = engine.apply(actions, state, job.id, alive, now)
+        with self.store.transaction() as conn:
+            save_state(conn, job.id, state, applied.state, applied.events, now)
+        try:
+            self._carry_out(job, None, applied)
+        except Exception:  # the next ticks stop nodes marked ended
+            log.warning("job %s: stopping its nodes failed; retried next tick", job.id, exc_info=True)
+        return True
+
+    def _stop_ended_nodes(self, job: JobRecord, state: JobState, grace_s: float) -> None:
+        ended = state.node_ids(NodeLaunch.ENDED)
         if ended:
-            self.backend.stop(job.id, job.attempts, ended, spec.checkpoint.notice_grace_seconds)
-        placement = self.store.attempt_placement(job.id, job.attempts)
-        spot = placement is not None and placement["market"] == MarketKind.SPOT.value
-        node_ids = [n.node_id for n in nodes]
-        self.backend.tick(job.id, job.attempts, node_ids, spot, spec.checkpoint.notice_grace_seconds, now)
+            self.backend.stop(job.id, state.attempt, ended, grace_s)
+
+    # --- 0. finish what a crash interrupted, and the backend's own duties -----------------------
+    def _finish_interrupted(self, job: JobRecord, state: JobState, spec: JobSpec, now: datetime) -> JobState:
+        """Launch the recorded intents, stop the nodes recorded as ended, let the backend do its duties."""
+        if state.attempt == 0:
+            return state
+        intents = state.node_ids(NodeLaunch.INTENT)
+        if intents and not state.status.terminal:
+            state = self._launch(job, spec, state, intents)
+        self._stop_ended_nodes(job, state, spec.checkpoint.notice_grace_seconds)
+        spot = state.placement is not None and state.placement.market == MarketKind.SPOT.value
+        grace = spec.checkpoint.notice_grace_seconds
+        self.backend.tick(job.id, state.attempt, list(state.node_ids()), spot, grace, now)
+        return state
 
     # --- 1. what the reconcile step sees ---------------------------------------------------------
-    def _view(self, job: JobRecord, spec: JobSpec, now: datetime) -> JobView:
-        placement_data = self.store.attempt_placement(job.id, job.attempts) if job.attempts else None
-        placement = placement_from_dict(placement_data) if placement_data else None
-        all_nodes = self.store.nodes(job.id, job.attempts) if job.attempts else []
-        active_ids = [n.node_id for n in all_nodes if n.launch_state != "ended"]
-        observation = self.backend.observe(job.id, job.attempts, active_ids) if job.attempts else None
-        ended_ids = [n.node_id for n in all_nodes if n.launch_state == "ended"]
-        draining = bool(ended_ids) and any(
-            not n.phase.ended for n in self.backend.observe(job.id, job.attempts, ended_ids).nodes
-        )
-        segments = self.store.segments(job.id)
-        open_segments = [s for s in segments if s.ended_at is None]
+    def _view(
+        self, job: JobRecord, state: JobState, spec: JobSpec, now: datetime
+    ) -> tuple[JobView, JobState]:
+        """The reconcile step's view, and the state with what was observed of it (notices) recorded."""
+        active_ids = [n.node_id for n in state.attempt_nodes if n.launch is not NodeLaunch.ENDED]
+        observation = self.backend.observe(job.id, state.attempt, active_ids) if state.attempt else None
+        ended_ids = list(state.node_ids(NodeLaunch.ENDED))
+        ended_seen = self.backend.observe(job.id, state.attempt, ended_ids).nodes if ended_ids else ()
+        draining = any(not n.phase.ended for n in ended_seen)
+        seen = [*(observation.nodes if observation else ()), *ended_seen]
+        observed = engine.record_notices(state, {n.node_id: n.notice_at for n in seen if n.notice_at})
+        open_segment = state.open_segment
         progress = observation.progress if observation else None
-        fresh = bool(
-            progress and progress.time and open_segments and progress.time >= open_segments[-1].started_at
-        )
-        sizing = self.store.job_options(job.id).get("right_size", {})
+        fresh = bool(progress and progress.time and open_segment and progress.time >= open_segment.started_at)
+        sizing = state.right_size
         market = self._market_view(
-            job, spec, sizing.get("gpu_type") if sizing.get("apply") else None, segments, now
+            job, spec, sizing.gpu_type if sizing and sizing.apply else None, state, now
         )
-        placing = job.status in (JobStatus.PLACING, JobStatus.RECOVERING, JobStatus.RESCALING)
+        placing = state.status in (JobStatus.PLACING, JobStatus.RECOVERING, JobStatus.RESCALING)
         measurements: tuple[GpuMeasurement, ...] = ()
         if placing and spec.policies.right_size is not RightSizeMode.OFF:
             measurements = gpu_measurements(self.store, job, now, monitor_usage(self.store))
+        placement = engine.placement_of(state.placement)
         zone = placement.zone if placement else (market.zones[0].zone if market.zones else "")
         capacity = {z.zone: z.capacity for z in market.zones}
-        return JobView(
+        view = JobView(
             spec=spec,
-            status=job.status,
+            status=state.status,
             now=now,
             submitted_at=job.submitted_at,
             deadline=job.deadline,
-            attempt=job.attempts,
+            attempt=state.attempt,
             placement=placement,
             nodes=observation.nodes if observation else (),
-            open_segment_nodes=open_segments[-1].nodes if open_segments else None,
+            open_segment_nodes=open_segment.nodes if open_segment else None,
             progress=progress,
             progress_fresh=fresh,
             draining=draining,
-            preempted_in_attempt=any(n.notice_at is not None for n in all_nodes),
+            preempted_in_attempt=observed.preempted_in_attempt
+            or any(n.notice_at is not None for n in observed.attempt_nodes),
             spot_capacity=capacity[zone]
             if zone in capacity
             else self.backend.spot_capacity(job.id, zone, now),
             market=market,
             measurements=measurements,
-            right_size_pick=sizing.get("gpu_type"),
-            cost_usd=sum(s.cost_usd(now) for s in segments),
-            restarts=job.restarts,
-            preemptions=job.preemptions,
+            right_size_pick=sizing.gpu_type if sizing else None,
+            cost_usd=state.cost_usd(now),
+            restarts=state.restarts,
+            preemptions=state.preemptions,
             cancel_requested=self.store.cancel_requested(job.id),
         )
+        return view, observed
 
     def _market_view(
-        self,
-        job: JobRecord,
-        spec: JobSpec,
-        sized_type: str | None,
-        segments: list[SegmentRecord],
-        now: datetime,
+        self, job: JobRecord, spec: JobSpec, sized_type: str | None, state: JobState, now: datetime
     ) -> MarketView:
         """Every zone's spot offer and capacity now, and the availability history (updated and saved).
 
@@ -170,83 +199,71 @@ class Driver:
         if saved is not None:
             history = ZoneHistory(**saved[1])
             tick_h = max(0.0, (now - saved[0]).total_seconds() / 3600.0)
-        if not job.status.terminal:
+        if not state.status.terminal:
             up = {z.zone: (z.capacity is None or z.capacity >= spec.resources.min_nodes) for z in zones}
             history = history.updated(tick_h, up)
             self.store.set_market_history(job.id, now, dataclasses.asdict(history))
-        return MarketView(zones, found.on_demand, history, tick_h, _run_hours(segments, spec, now))
+        return MarketView(zones, found.on_demand, history, tick_h, run_hours(state.segments, spec, now))
 
-    # --- 2. apply: state first, in one transaction; then side effects ----------------------------
+    # --- 2. apply: the engine's new state in one transaction; then its effects --------------------
     def _apply(
-        self, job: JobRecord, spec: JobSpec, view: JobView, actions: list[Action], now: datetime
+        self,
+        job: JobRecord,
+        loaded: JobState,
+        observed: JobState,
+        spec: JobSpec,
+        view: JobView,
+        actions: list[Action],
+        now: datetime,
     ) -> None:
-        attempt = job.attempts
-        placement = view.placement
-        to_launch: list[str] = []
-        to_stop: list[tuple[tuple[str, ...], float]] = []
+        alive = [n.node_id for n in view.nodes if not n.phase.ended]
+        applied = engine.apply(actions, observed, job.id, alive, now)
+        notices = [
+            JobEvent("preemption_notice", f"node {n.node_id} got the notice")
+            for n, before in zip(observed.attempt_nodes, loaded.attempt_nodes, strict=False)
+            if n.notice_at is not None and before.notice_at is None
+        ]
         with self.store.transaction() as conn:
-            for action in actions:
-                if isinstance(action, Transition):
-                    self.store.transition(conn, job.id, action.target, now, action.message, action.reason)
-                elif isinstance(action, StartAttempt):
-                    placement = action.placement
-                    attempt = StoreWrites.start_attempt(conn, job.id, placement_to_dict(placement), now)
-                    to_launch = [f"{job.id}-a{attempt}-n{i}" for i in range(action.nodes)]
-                    StoreWrites.add_node_intents(conn, job.id, attempt, to_launch, now)
-                    StoreWrites.open_segment(
-                        conn, job.id, attempt, placement_to_dict(placement), action.nodes, now
-                    )
-                elif isinstance(action, OpenSegment):
-                    assert placement is not None, "a segment needs a placement"
-                    StoreWrites.open_segment(
-                        conn, job.id, attempt, placement_to_dict(placement), action.nodes, now
-                    )
-                elif isinstance(action, SegmentStartsNow):
-                    StoreWrites.restart_open_segment(conn, job.id, now)
-                elif isinstance(action, CloseSegment):
-                    StoreWrites.close_segment(conn, job.id, action.reason, now)
-                elif isinstance(action, MarkNodesEnded):
-                    StoreWrites.set_launch_state(conn, action.node_ids, "ended", now)
-                elif isinstance(action, StopNodes):
-                    ids = action.node_ids or tuple(n.node_id for n in view.nodes if not n.phase.ended)
-                    StoreWrites.set_launch_state(conn, ids, "ended", now)
-                    to_stop.append((ids, action.grace_s))
-                elif isinstance(action, CountPreemption):
-                    StoreWrites.increment(conn, job.id, "preemptions")
-                elif isinstance(action, CountRestart):
-                    StoreWrites.increment(conn, job.id, "restarts")
-                elif isinstance(action, RightSize):
-                    StoreWrites.set_option(
-                        conn, job.id, "right_size", {"gpu_type": action.gpu_type, "apply": action.apply}
-                    )
-                    StoreWrites.event(conn, job.id, now, "right_size", action.why)
-                elif isinstance(action, RecordEvent):
-                    StoreWrites.event(conn, job.id, now, action.kind, action.message)
-        for ids, grace in to_stop:
-            self.backend.stop(job.id, attempt, ids, grace)
-        if to_launch:
-            self._launch(self.store.job(job.id), spec, attempt, to_launch)
-        if any(isinstance(a, Transition) and a.target.terminal for a in actions):
+            save_state(conn, job.id, loaded, applied.state, [*notices, *applied.events], now)
+        self._carry_out(job, spec, applied)
+        if applied.ended:
             self._write_summary(job.id, view)
 
-    def _launch(self, job: JobRecord, spec: JobSpec, attempt: int, node_ids: list[str]) -> None:
-        data = self.store.attempt_placement(job.id, attempt)
-        assert data is not None
+    def _carry_out(self, job: JobRecord, spec: JobSpec | None, applied: engine.Applied) -> None:
+        """The engine's effects, in order, after its state was committed."""
+        state = applied.state
+        for effect in applied.effects:
+            if isinstance(effect, engine.StopNodes):
+                self.backend.stop(job.id, effect.attempt, effect.node_ids, effect.grace_s)
+            elif isinstance(effect, engine.LaunchNodes):
+                assert spec is not None, "only a tick with a valid spec launches"
+                state = self._launch(job, spec, state, effect.node_ids)
+            elif isinstance(effect, engine.ReleaseNodes):
+                pass  # processes and sbatch jobs free themselves; ended nodes are stopped every tick
+            else:
+                assert_never(effect)
+
+    def _launch(self, job: JobRecord, spec: JobSpec, state: JobState, node_ids: Sequence[str]) -> JobState:
+        """Hand intents to the backend (idempotent), then record them launched."""
+        placement = engine.placement_of(state.placement)
+        assert placement is not None
         job_dir = self.store.job_dir(job.id)
         request = LaunchRequest(
             job_id=job.id,
-            attempt=attempt,
+            attempt=state.attempt,
             spec=spec,
-            placement=placement_from_dict(data),
-            node_ids=node_ids,
+            placement=placement,
+            node_ids=list(node_ids),
             min_nodes=spec.resources.min_nodes,
             max_nodes=spec.resources.max_nodes,
             checkpoint_dir=spec.checkpoint.path or str(job_dir / "checkpoints"),
             job_dir=job_dir,
         )
         self.backend.launch(request)
+        launched = engine.mark_launched(state, node_ids)
         with self.store.transaction() as conn:
-            StoreWrites.set_launch_state(conn, node_ids, "launched", datetime.now(UTC))
+            save_state(conn, job.id, state, launched, [], datetime.now(UTC))
+        return launched
 
     def _write_summary(self, job_id: str, view: JobView) -> None:
         progress = view.progress
@@ -256,7 +273,15 @@ class Driver:
         self.store.set_summary(job_id, summary)
 
 
-def _run_hours(segments: list[SegmentRecord], spec: JobSpec, now: datetime) -> float:
+_DEFAULT_GRACE_S = Checkpoint().notice_grace_seconds
+
+
+def stored_spec(job: JobRecord) -> JobSpec:
+    """The job's spec as stored at submission; :class:`SpecError` when it no longer validates."""
+    return spec_from_json(job.spec_json, source=f"stored spec of job {job.id}")
+
+
+def run_hours(segments: Sequence[SegmentState], spec: JobSpec, now: datetime) -> float:
     """Hours the job held nodes, less one changeover per attempt: its work done, when nothing better is known."""
     spans: dict[int, tuple[datetime, datetime]] = {}
     for seg in segments:

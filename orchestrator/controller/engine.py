@@ -22,6 +22,8 @@ from orchestrator.catalog.offers import MarketKind
 from orchestrator.controller import actions as act
 from orchestrator.state.job_state import (
     JobEvent as Event,
+)
+from orchestrator.state.job_state import (
     JobState,
     NodeLaunch,
     NodeState,
@@ -29,7 +31,7 @@ from orchestrator.state.job_state import (
     RightSizePick,
     SegmentState,
 )
-from orchestrator.state.status import JobStatus, check_transition
+from orchestrator.state.status import check_transition
 
 
 @dataclass(frozen=True)
@@ -109,7 +111,9 @@ def _apply_one(c: _Changes, action: act.Action, job_id: str, alive: Sequence[str
     s = c.state
     if isinstance(action, act.Transition):
         check_transition(s.status, action.target)  # an illegal one is a gpuctl bug: raises InternalError
-        c.events.append(Event("transition", f"{s.status} -> {action.target}: {action.message}", action.target))
+        c.events.append(
+            Event("transition", f"{s.status} -> {action.target}: {action.message}", action.target)
+        )
         c.state = s.model_copy(
             update={"status": action.target, "message": action.message, "failure_reason": action.reason}
         )
@@ -122,8 +126,10 @@ def _apply_one(c: _Changes, action: act.Action, job_id: str, alive: Sequence[str
                 "attempt": attempt,
                 "placement": placement,
                 "attempt_nodes": tuple(NodeState(node_id=n) for n in ids),
-                "segments": (*s.segments, SegmentState(attempt=attempt, placement=placement,
-                                                       nodes=action.nodes, started_at=now)),  # fmt: skip
+                "segments": (
+                    *s.segments,
+                    SegmentState(attempt=attempt, placement=placement, nodes=action.nodes, started_at=now),
+                ),
                 "preempted_in_attempt": False,
                 "rescaled_at": None,
             }

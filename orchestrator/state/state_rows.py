@@ -55,13 +55,16 @@ def load_state(store: JobStore, job_id: str) -> JobState:
         attempt=job.attempts,
         placement=PlacementState.model_validate(placement) if placement else None,
         attempt_nodes=tuple(
-            NodeState(node_id=n.node_id, launch=NodeLaunch(n.launch_state), notice_at=n.notice_at) for n in nodes
+            NodeState(node_id=n.node_id, launch=NodeLaunch(n.launch_state), notice_at=n.notice_at)
+            for n in nodes
         ),
         segments=tuple(segment_state(s) for s in store.segments(job.id)),
         restarts=job.restarts,
         preemptions=job.preemptions,
         preempted_in_attempt=bool(options.get("preempted_in_attempt", {}).get(str(job.attempts))),
-        right_size=RightSizePick(gpu_type=sizing["gpu_type"], apply=bool(sizing["apply"])) if sizing else None,
+        right_size=RightSizePick(gpu_type=sizing["gpu_type"], apply=bool(sizing["apply"]))
+        if sizing
+        else None,
     )
 
 

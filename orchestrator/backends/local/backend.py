@@ -133,11 +133,10 @@ class LocalBackend:
     def observe(self, job_id: str, attempt: int, node_ids: Sequence[str]) -> AttemptObservation:
         _reap_children()
         attempt_dir = self.store.job_dir(job_id) / f"attempt-{attempt}"
-        notices = {n.node_id: n.notice_at for n in self.store.nodes(job_id, attempt)}
         nodes = []
         for node_id in node_ids:
             node_dir = attempt_dir / node_id
-            notice_at = notices.get(node_id)
+            notice_at = _read_notice(node_dir)
             exit_file = node_dir / "exit_code"
             if exit_file.exists():
                 code = int(exit_file.read_text() or "1")
@@ -176,16 +175,16 @@ class LocalBackend:
         if spot and node_ids:
             placement = self.store.attempt_placement(job_id, attempt) or {}
             capacity = self.spot_capacity(job_id, str(placement.get("zone", "")), now)
-            noticed = {n.node_id for n in self.store.nodes(job_id, attempt) if n.notice_at is not None}
             attempt_dir = self.store.job_dir(job_id) / f"attempt-{attempt}"
+            noticed = {n for n in node_ids if _read_notice(attempt_dir / n) is not None}
             alive = [
                 n for n in node_ids
                 if n not in noticed and _alive(_read_pid(attempt_dir / n / "runner.pid"), n)
             ]  # fmt: skip
             if capacity is not None and len(alive) > capacity:
                 reclaimed = sorted(alive, key=_node_index)[capacity:]
-                for node_id in reclaimed:
-                    self.store.mark_notice(node_id, now)
+                for node_id in reclaimed:  # the market's notice, observed by the controller (observe)
+                    _write_notice(attempt_dir / node_id, now)
                 self.stop(job_id, attempt, reclaimed, grace_s)
         self.enforce(job_id, attempt, node_ids, now)
 
@@ -309,3 +308,21 @@ def _wait_for_port(port: int, timeout_s: float = 20.0) -> None:
             if s.connect_ex(("127.0.0.1", port)) == 0:
                 return
         time.sleep(0.05)
+
+
+NOTICE_FILE = "notice_at"
+"""In a node's folder: when the simulated market sent it the preemption notice (ISO 8601)."""
+
+
+def _write_notice(node_dir: Path, now: datetime) -> None:
+    if not (node_dir / NOTICE_FILE).exists():
+        tmp = node_dir / f".{NOTICE_FILE}.tmp"
+        tmp.write_text(now.isoformat())
+        os.replace(tmp, node_dir / NOTICE_FILE)
+
+
+def _read_notice(node_dir: Path) -> datetime | None:
+    try:
+        return datetime.fromisoformat((node_dir / NOTICE_FILE).read_text().strip())
+    except (OSError, ValueError):
+        return None
