@@ -31,6 +31,7 @@ from orchestrator.errors import NotFoundError, UserError
 from orchestrator.policies import market_policy
 from orchestrator.spec import JobSpec, MarketMode, load_spec_file, parse_deadline
 from orchestrator.state.records import JobRecord
+from orchestrator.state.status import JobStatus
 from orchestrator.state.store import JobStore
 from orchestrator.state.usage import UsageStore
 
@@ -330,9 +331,18 @@ def run_cancel(args: argparse.Namespace) -> int:
     lock = ControllerLock(store.home, job.backend)
     if lock.acquire():  # no controller running: apply the cancel ourselves
         try:
-            Controller(store, make_backend(job.backend, store)).driver.tick(job.id)
+            controller = Controller(store, make_backend(job.backend, store))
+            controller.tick_job(job.id, datetime.now(UTC))
         finally:
             lock.release()
+        problem = controller.errors.get(job.id)
+        if problem:
+            print(f"gpuctl: the cancel is recorded but could not be applied yet: {problem}\n"
+                  "  the next `gpuctl controller run` applies it", file=sys.stderr)  # fmt: skip
+        ended = store.job(job.id)
+        if ended.status.terminal and ended.status is not JobStatus.CANCELLED:
+            print(f"job {job.id} ended {ended.status} ({ended.failure_reason}): {ended.message}")
+            return 0
     print(f"cancel requested for {job.id}")
     return 0
 

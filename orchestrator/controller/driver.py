@@ -34,11 +34,12 @@ from orchestrator.controller.market_choice import MarketView, ZoneMarket, change
 from orchestrator.controller.measurements import gpu_measurements, monitor_usage
 from orchestrator.controller.placement import Candidates, candidates_for
 from orchestrator.controller.reconcile import JobView, reconcile
+from orchestrator.errors import SpecError
 from orchestrator.policies import GpuMeasurement, ZoneHistory
-from orchestrator.spec import JobSpec, spec_from_json
+from orchestrator.spec import Checkpoint, JobSpec, spec_from_json
 from orchestrator.spec import RightSize as RightSizeMode
 from orchestrator.state.records import JobRecord, SegmentRecord
-from orchestrator.state.status import JobStatus
+from orchestrator.state.status import FailureReason, JobStatus
 from orchestrator.state.store import JobStore, StoreWrites
 from orchestrator.state.usage import UsageStore
 
@@ -63,7 +64,13 @@ class Driver:
         """One reconcile round for one job. Returns the actions applied (for tests and logs)."""
         now = now or datetime.now(UTC)
         job = self.store.job(job_id)
-        spec = spec_from_json(job.spec_json)
+        try:
+            spec = stored_spec(job)
+        except SpecError:
+            if not job.status.terminal:
+                raise  # the controller fails the job (see Controller.tick_job)
+            self._stop_ended_nodes(job, _DEFAULT_GRACE_S)  # already ended for it: only stop leftovers
+            return []
         UsageStore(self.store).ingest(job.id, now)  # new GPU monitor window summaries of the job's nodes
         self._finish_interrupted(job, spec, now)
         view = self._view(job, spec, now)
@@ -71,6 +78,35 @@ class Driver:
         if actions:
             self._apply(job, spec, view, actions, now)
         return actions
+
+    def fail(self, job_id: str, reason: FailureReason, message: str, now: datetime) -> bool:
+        """End a job the ticks cannot get past (an error in its data): FAILED with ``reason``, an event,
+        its open segment closed and its nodes stopped. Returns False when the job had already ended."""
+        job = self.store.job(job_id)
+        if job.status.terminal:
+            return False
+        nodes = self.store.nodes(job.id, job.attempts) if job.attempts else []
+        active = [n.node_id for n in nodes if n.launch_state != "ended"]
+        with self.store.transaction() as conn:
+            StoreWrites.set_launch_state(conn, active, "ended", now)
+            StoreWrites.close_segment(conn, job.id, "failed", now)
+            self.store.transition(conn, job.id, JobStatus.FAILED, now, message, reason)
+        try:
+            spec_grace = stored_spec(job).checkpoint.notice_grace_seconds
+        except SpecError:
+            spec_grace = _DEFAULT_GRACE_S
+        try:
+            self._stop_ended_nodes(self.store.job(job.id), spec_grace)
+        except Exception:  # the next ticks stop nodes marked ended
+            log.warning("job %s: stopping its nodes failed; retried next tick", job.id, exc_info=True)
+        return True
+
+    def _stop_ended_nodes(self, job: JobRecord, grace_s: float) -> None:
+        if job.attempts == 0:
+            return
+        ended = [n.node_id for n in self.store.nodes(job.id, job.attempts) if n.launch_state == "ended"]
+        if ended:
+            self.backend.stop(job.id, job.attempts, ended, grace_s)
 
     # --- 0. finish what a crash interrupted, and the backend's own duties -----------------------
     def _finish_interrupted(self, job: JobRecord, spec: JobSpec, now: datetime) -> None:
@@ -254,6 +290,14 @@ class Driver:
         if progress is not None:
             summary = {"step": progress.step, "loss": progress.loss, "metrics": dict(progress.metrics)}
         self.store.set_summary(job_id, summary)
+
+
+_DEFAULT_GRACE_S = Checkpoint().notice_grace_seconds
+
+
+def stored_spec(job: JobRecord) -> JobSpec:
+    """The job's spec as stored at submission; :class:`SpecError` when it no longer validates."""
+    return spec_from_json(job.spec_json, source=f"stored spec of job {job.id}")
 
 
 def _run_hours(segments: list[SegmentRecord], spec: JobSpec, now: datetime) -> float:

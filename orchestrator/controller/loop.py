@@ -5,6 +5,14 @@ One controller per gpuctl home and backend holds its lock (an exclusive ``flock`
 submit`` runs one in the foreground when none is running; ``gpuctl controller run`` is the
 background form (on a SLURM login node, ``gpuctl controller run --backend slurm``).
 The lock dies with the process, so a controller killed with -9 is replaced by simply starting another.
+
+Each job's tick is isolated (:meth:`Controller.tick_job`): whatever one job's data does, the other
+jobs are still reconciled. An error in the job itself (a stored spec that no longer validates, an
+unexpected exception: a gpuctl bug or data it did not expect) is *permanent*: the job ends FAILED
+(``invalid_spec`` or ``internal_error``) with an event. A fault around it (a backend command or the
+cluster manager failing, a busy database, a missing tool: :class:`~orchestrator.errors.GpuctlError`,
+``OSError``) is *transient*: the job stays as it is and the next tick tries again; the error is
+logged and recorded as one event until it changes or clears, never once per tick.
 """
 
 from __future__ import annotations
@@ -12,6 +20,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -26,7 +35,8 @@ from orchestrator.controller.driver import Driver
 from orchestrator.costs.budgets import load_cost_config
 from orchestrator.costs.inputs import read_ledger
 from orchestrator.costs.schedule import register_report_job
-from orchestrator.errors import GpuctlError
+from orchestrator.errors import GpuctlError, InternalError, SpecError
+from orchestrator.state.status import FailureReason
 from orchestrator.state.store import JobStore
 
 log = logging.getLogger(__name__)
@@ -96,16 +106,54 @@ class Controller:
             if job.status.terminal and now - job.updated_at > KEEP_TICKING_AFTER_END:
                 continue
             busy = busy or not job.status.terminal
-            try:
-                self.driver.tick(job.id, now)
-                self.errors.pop(job.id, None)
-            except GpuctlError as err:  # shown to the user; the next tick tries again
-                self.errors[job.id] = err.message
-                log.warning("job %s: %s", job.id, err.message)
+            self.tick_job(job.id, now)
         if busy:
             self.idle.clear()
         else:
             self.idle.set()
+
+    def tick_job(self, job_id: str, now: datetime) -> None:
+        """One job's tick; never raises for an error of that job (see the module's docstring)."""
+        try:
+            self.driver.tick(job_id, now)
+        except Exception as exc:  # one job's data must not stop the others
+            reason = permanent_failure(exc)
+            if reason is None or not self._fail(job_id, reason, exc, now):
+                self._note_error(job_id, exc, now)
+            return
+        if self.errors.pop(job_id, None) is not None:
+            log.info("job %s: ticks work again", job_id)
+
+    def _fail(self, job_id: str, reason: FailureReason, exc: Exception, now: datetime) -> bool:
+        if isinstance(exc, SpecError):
+            message = "the stored job spec is invalid: " + "; ".join(
+                p.split(". To fix")[0] for p in exc.problems
+            )
+        else:
+            message = f"gpuctl could not handle this job ({type(exc).__name__}: {exc}); please report it"
+            log.error("job %s: unexpected error; failing the job", job_id, exc_info=exc)
+        message = _clip(message, 500)
+        try:
+            failed = self.driver.fail(job_id, reason, message, now)
+        except Exception:  # e.g. the database is busy: the next tick tries again
+            log.warning("job %s: could not mark it failed", job_id, exc_info=True)
+            return False
+        if failed:
+            log.warning("job %s: FAILED (%s): %s", job_id, reason, message)
+            self.errors.pop(job_id, None)
+        return failed
+
+    def _note_error(self, job_id: str, exc: Exception, now: datetime) -> None:
+        """Shown to the user while it lasts; logged and recorded as an event once per distinct message."""
+        message = exc.message if isinstance(exc, GpuctlError) else f"{type(exc).__name__}: {exc}"
+        if self.errors.get(job_id) == message:
+            return
+        self.errors[job_id] = message
+        log.warning("job %s: %s (retrying every tick)", job_id, message)
+        try:
+            self.store.add_event(job_id, now, "controller_error", _clip(message.splitlines()[0], 500))
+        except Exception:  # the log line above is enough
+            log.warning("job %s: could not record the error as an event", job_id, exc_info=True)
 
     def start(self) -> None:
         self.scheduler.add_job(
@@ -126,6 +174,21 @@ class Controller:
     def stop(self) -> None:
         if self.scheduler.running:
             self.scheduler.shutdown(wait=True)
+
+
+def permanent_failure(exc: Exception) -> FailureReason | None:
+    """The failure reason when ``exc`` is an error in the job itself; None for a transient fault."""
+    if isinstance(exc, SpecError):
+        return FailureReason.INVALID_SPEC
+    if isinstance(exc, InternalError):
+        return FailureReason.INTERNAL_ERROR
+    if isinstance(exc, GpuctlError | OSError | sqlite3.OperationalError | subprocess.SubprocessError):
+        return None
+    return FailureReason.INTERNAL_ERROR
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def spawn_background_controller(home: Path, backend: str) -> int:

@@ -26,14 +26,35 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from orchestrator.spec.durations import parse_deadline, parse_duration
+from orchestrator.spec.limits import (
+    MAX_COMPUTE_HOURS,
+    MAX_COUNT,
+    MAX_CPUS_PER_NODE,
+    MAX_GLOBAL_BATCH,
+    MAX_GPUS_PER_NODE,
+    MAX_KEEP,
+    MAX_LIST_ITEMS,
+    MAX_MEMORY_GIB_PER_NODE,
+    MAX_NODES,
+    MAX_NOTICE_GRACE_SECONDS,
+    MAX_STEPS,
+    MAX_USD,
+    Line,
+    Text,
+    shown,
+)
 
 NAME_PATTERN = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
 
 
 class _Strict(BaseModel):
-    """Unknown fields are errors, so a misspelled key never silently does nothing."""
+    """Unknown fields are errors, so a misspelled key never silently does nothing.
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    Numbers are finite (``.inf`` and ``.nan`` are refused: JSON cannot store them) and bounded
+    (:mod:`orchestrator.spec.limits`); strings refuse control characters.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class MarketMode(StrEnum):
@@ -56,8 +77,8 @@ class RightSize(StrEnum):
 
 
 class NodeRange(_Strict):
-    min: Annotated[int, Field(ge=1, description="fewest nodes the job may run on")]
-    max: Annotated[int, Field(ge=1, description="most nodes the job may use")]
+    min: Annotated[int, Field(ge=1, le=MAX_NODES, description="fewest nodes the job may run on")]
+    max: Annotated[int, Field(ge=1, le=MAX_NODES, description="most nodes the job may use")]
 
     @model_validator(mode="after")
     def _min_not_above_max(self) -> NodeRange:
@@ -68,22 +89,28 @@ class NodeRange(_Strict):
 
 class Resources(_Strict):
     gpu_types: Annotated[
-        list[str],
-        Field(min_length=1, description="acceptable GPU types (catalog names such as H100, A100-80GB, L4)"),
+        list[Line],
+        Field(
+            min_length=1,
+            max_length=MAX_LIST_ITEMS,
+            description="acceptable GPU types (catalog names such as H100, A100-80GB, L4)",
+        ),
     ] = ["V100"]
     gpu_choice: GpuChoice = GpuChoice.ORDERED
-    gpus_per_node: Annotated[int, Field(ge=1, le=16)] = 1
+    gpus_per_node: Annotated[int, Field(ge=1, le=MAX_GPUS_PER_NODE)] = 1
     nodes: Annotated[
         int | NodeRange, Field(description="a fixed number of nodes, or {min, max} for an elastic job")
     ] = 1
-    cpus_per_node: Annotated[float | None, Field(gt=0)] = None
-    memory_gib_per_node: Annotated[float | None, Field(gt=0)] = None
+    cpus_per_node: Annotated[float | None, Field(gt=0, le=MAX_CPUS_PER_NODE)] = None
+    memory_gib_per_node: Annotated[float | None, Field(gt=0, le=MAX_MEMORY_GIB_PER_NODE)] = None
 
     @field_validator("nodes")
     @classmethod
     def _positive_nodes(cls, v: int | NodeRange) -> int | NodeRange:
         if isinstance(v, int) and v < 1:
             raise ValueError("nodes must be at least 1")
+        if isinstance(v, int) and v > MAX_NODES:
+            raise ValueError(f"nodes ({v}) is above {MAX_NODES}; ask for at most {MAX_NODES} nodes")
         return v
 
     @property
@@ -101,14 +128,16 @@ class Resources(_Strict):
 
 class Market(_Strict):
     mode: MarketMode = MarketMode.SPOT_WITH_FALLBACK
-    cloud: str | None = Field(default=None, description="aws, gcp or azure; any when unset")
-    regions: list[str] = []
-    zones: list[str] = []
+    cloud: Line | None = Field(default=None, description="aws, gcp or azure; any when unset")
+    regions: Annotated[list[Line], Field(max_length=MAX_LIST_ITEMS)] = []
+    zones: Annotated[list[Line], Field(max_length=MAX_LIST_ITEMS)] = []
     max_hourly_usd: Annotated[
-        float | None, Field(gt=0, description="cap on the whole job's hourly price")
+        float | None, Field(gt=0, le=MAX_USD, description="cap on the whole job's hourly price")
     ] = None
-    policy: str | None = Field(default=None, description="market/zone policy name; gpuctl's default if unset")
-    changeover: str = Field(
+    policy: Line | None = Field(
+        default=None, description="market/zone policy name; gpuctl's default if unset"
+    )
+    changeover: Line = Field(
         default="12m",
         description="what one relaunch costs (start-up plus work since the last checkpoint), such as '12m'; "
         "policies keep slack for it",
@@ -122,12 +151,17 @@ class Market(_Strict):
 
 
 class Goals(_Strict):
-    deadline: str | None = Field(
+    deadline: Line | None = Field(
         default=None, description="a duration from submission ('6h') or an ISO 8601 time"
     )
-    budget_usd: Annotated[float | None, Field(gt=0)] = None
+    budget_usd: Annotated[float | None, Field(gt=0, le=MAX_USD)] = None
     compute_hours: Annotated[
-        float | None, Field(gt=0, description="estimated work at full size, for deadline-aware placement")
+        float | None,
+        Field(
+            gt=0,
+            le=MAX_COMPUTE_HOURS,
+            description="estimated work at full size, for deadline-aware placement",
+        ),
     ] = None
 
     @field_validator("deadline")
@@ -140,14 +174,17 @@ class Goals(_Strict):
 
 
 class Checkpoint(_Strict):
-    path: str | None = Field(
+    path: Line | None = Field(
         default=None, description="directory or s3://bucket/prefix; default: the job's folder in GPUCTL_HOME"
     )
-    every_steps: Annotated[int | None, Field(ge=1)] = None
-    every: str | None = Field(default=None, description="time between checkpoints, such as '5m'")
-    keep: Annotated[int, Field(ge=1)] = 3
+    every_steps: Annotated[int | None, Field(ge=1, le=MAX_STEPS)] = None
+    every: Line | None = Field(default=None, description="time between checkpoints, such as '5m'")
+    keep: Annotated[int, Field(ge=1, le=MAX_KEEP)] = 3
     notice_grace_seconds: Annotated[
-        float, Field(ge=0, description="time between the preemption notice and the kill")
+        float,
+        Field(
+            ge=0, le=MAX_NOTICE_GRACE_SECONDS, description="time between the preemption notice and the kill"
+        ),
     ] = 30.0
 
     @field_validator("every")
@@ -160,12 +197,14 @@ class Checkpoint(_Strict):
 
 class Recovery(_Strict):
     max_restarts: Annotated[
-        int, Field(ge=0, description="crashes (not preemptions) retried before FAILED")
+        int, Field(ge=0, le=MAX_COUNT, description="crashes (not preemptions) retried before FAILED")
     ] = 3
-    retry_exit_codes: list[int] = Field(
-        default=[], description="exit codes of the training command that mean 'retry'; any when empty"
+    retry_exit_codes: list[Annotated[int, Field(ge=0, le=255)]] = Field(
+        default=[],
+        max_length=MAX_LIST_ITEMS,
+        description="exit codes of the training command that mean 'retry'; any when empty",
     )
-    max_preemptions: Annotated[int | None, Field(ge=0)] = None
+    max_preemptions: Annotated[int | None, Field(ge=0, le=MAX_COUNT)] = None
 
 
 class Policies(_Strict):
@@ -176,7 +215,8 @@ class Policies(_Strict):
     )
     rescale: bool = True
     global_batch: Annotated[
-        int | None, Field(ge=1, description="samples per optimizer step, kept across world sizes")
+        int | None,
+        Field(ge=1, le=MAX_GLOBAL_BATCH, description="samples per optimizer step, kept across world sizes"),
     ] = None
 
     @field_validator("right_size", mode="before")
@@ -189,17 +229,17 @@ class JobSpec(_Strict):
     """A training job: what runs, on what, under which goals."""
 
     name: Annotated[str, Field(pattern=NAME_PATTERN, description="lowercase letters, digits and '-'")]
-    team: str = "default"
-    user: str = Field(default_factory=lambda: os.environ.get("GPUCTL_USER") or getpass.getuser())
-    labels: dict[str, str] = {}
+    team: Line = "default"
+    user: Line = Field(default_factory=lambda: os.environ.get("GPUCTL_USER") or getpass.getuser())
+    labels: Annotated[dict[Line, Line], Field(max_length=MAX_LIST_ITEMS)] = {}
     command: Annotated[
-        str | list[str],
+        Text | list[Text],
         Field(description="script and arguments, run once per node under torchrun: 'train.py --lr 0.1'"),
     ]
-    workdir: str = "."
-    env: dict[str, str] = {}
-    setup: str | None = Field(default=None, description="shell commands run once per node before training")
-    image: str | None = Field(default=None, description="container image (Kubernetes)")
+    workdir: Line = "."
+    env: Annotated[dict[str, Text], Field(max_length=MAX_LIST_ITEMS * 4)] = {}
+    setup: Text | None = Field(default=None, description="shell commands run once per node before training")
+    image: Line | None = Field(default=None, description="container image (Kubernetes)")
     resources: Resources = Resources()
     market: Market = Market()
     goals: Goals = Goals()
@@ -210,7 +250,13 @@ class JobSpec(_Strict):
     @field_validator("command")
     @classmethod
     def _command_not_empty(cls, v: str | list[str]) -> str | list[str]:
-        tokens = shlex.split(v) if isinstance(v, str) else v
+        try:
+            tokens = shlex.split(v) if isinstance(v, str) else v
+        except ValueError:  # shlex: "No closing quotation", "No escaped character"
+            raise ValueError(
+                "command has an unclosed quote or a trailing backslash; close the quote, "
+                "or give the command as a list of arguments"
+            ) from None
         if not tokens:
             raise ValueError("command is empty; give the training script, e.g. 'train.py --epochs 3'")
         return v
@@ -220,7 +266,10 @@ class JobSpec(_Strict):
     def _env_names(cls, v: dict[str, str]) -> dict[str, str]:
         for key in v:
             if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
-                raise ValueError(f"'{key}' is not a valid environment variable name")
+                raise ValueError(
+                    f"{shown(key)} is not a valid environment variable name; "
+                    "use letters, digits and '_', not starting with a digit"
+                )
         return v
 
     @property

@@ -40,6 +40,10 @@ class FailureReason(StrEnum):
     USER_CODE_ERROR = "user_code_error"
     TOO_MANY_RESTARTS = "too_many_restarts"
     BACKEND_ERROR = "backend_error"
+    INVALID_SPEC = "invalid_spec"
+    """The stored job spec cannot be read (corrupted, or written by an older gpuctl with looser checks)."""
+    INTERNAL_ERROR = "internal_error"
+    """The controller met an unexpected error handling this job (a gpuctl bug, or data it did not expect)."""
 
 
 TERMINAL = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})

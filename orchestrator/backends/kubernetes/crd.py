@@ -37,7 +37,8 @@ API_VERSION = f"{GROUP}/{VERSION}"
 CONDITION_REASONS = ("Placed", "Running", "Preempted", "Rescaled", "Succeeded", "Failed")
 DEFAULT_CRD_PATH = Path("charts/gpuctl/crds/gpujob.yaml")
 
-_DROPPED_KEYS = {"title", "$schema", "$id", "$defs", "additionalProperties", "examples"}
+# propertyNames (the bounds on label keys) has no OpenAPI v3 form: the operator's model checks it.
+_DROPPED_KEYS = {"title", "$schema", "$id", "$defs", "additionalProperties", "examples", "propertyNames"}
 _KEPT_KEYS = {
     "type",
     "description",
@@ -51,6 +52,7 @@ _KEPT_KEYS = {
     "maxLength",
     "minItems",
     "maxItems",
+    "maxProperties",
     "pattern",
     "format",
     "default",

@@ -64,7 +64,10 @@ def test_every_job_spec_field_is_in_the_crd() -> None:
     assert nodes.get("x-kubernetes-preserve-unknown-fields") is True
     assert spec_props["command"].get("x-kubernetes-preserve-unknown-fields") is True
     grace = spec_props["checkpoint"]["properties"]["notice_grace_seconds"]
-    assert grace == {"default": 30.0, "description": grace["description"], "minimum": 0, "type": "number"}
+    assert grace == {
+        "default": 30.0, "description": grace["description"], "minimum": 0, "maximum": 3600.0, "type": "number"
+    }  # fmt: skip
+    assert spec_props["resources"]["properties"]["gpu_types"]["items"]["maxLength"] == 4096
 
 
 def test_conversion_of_optional_and_exclusive_bounds() -> None:
