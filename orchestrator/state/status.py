@@ -40,6 +40,7 @@ class FailureReason(StrEnum):
     USER_CODE_ERROR = "user_code_error"
     TOO_MANY_RESTARTS = "too_many_restarts"
     BACKEND_ERROR = "backend_error"
+    INVALID_SPEC = "invalid_spec"
 
 
 TERMINAL = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
