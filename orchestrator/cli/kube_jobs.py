@@ -44,6 +44,7 @@ def gpujob_document(obj: dict[str, Any]) -> dict[str, Any]:
         "id": meta.get("name"),
         "name": meta.get("name"),
         "namespace": meta.get("namespace"),
+        "user": status.get("user") or meta.get("namespace"),
         "backend": "kubernetes",
         "state": status.get("state", "PENDING"),
         "attempts": int(status.get("attempt", 0)),
