@@ -172,7 +172,7 @@ def _fail(
     now: datetime,
     api: Any | None,
 ) -> Decision:
-    failed = failed_status(status, reason, message, now)
+    failed = {**failed_status(status, reason, message, now), "user": namespace}
     client.patch_gpujob_status(name, namespace, status_patch(status, failed), api)
     return Decision(failed, events=(message,))
 
