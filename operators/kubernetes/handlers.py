@@ -85,10 +85,10 @@ def tick(*, name: str, namespace: str | None, logger: Any, **_: Any) -> None:
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL)
-def stop(*, name: str, namespace: str | None, logger: Any, **_: Any) -> None:
+def stop(*, name: str, namespace: str | None, uid: str | None, logger: Any, **_: Any) -> None:
     ns = namespace or "default"
     with _locks[(ns, name)]:
-        count = cleanup_job(name, ns, _api())
+        count = cleanup_job(name, ns, _api(), owner_uid=uid or "")
     _locks.pop((ns, name), None)
     metrics.forget(ns, name)
     logger.info(f"deleted {count} pod(s) and the rendezvous service")

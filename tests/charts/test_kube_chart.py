@@ -11,7 +11,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from orchestrator.backends.kubernetes.config import KubeConfig
+from orchestrator.backends.kubernetes.config import RESTRICTED_SECURITY_CONTEXT, KubeConfig
 
 CHART = Path(__file__).resolve().parents[2] / "charts/gpuctl"
 KUBE_VERSION = "1.33"
@@ -26,6 +26,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "priceCatalog": {"csv": "cloud,instance_type\n"},
         "imagePullSecrets": [{"name": "regcred"}],
         "tolerations": [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}],
+        "trainerSecurityContext": {"runAsUser": 1000},
     },
     "no-rbac": {"rbac": {"create": False}, "serviceAccount": {"create": False, "name": "existing"}},
 }
@@ -123,6 +124,11 @@ def test_config_map_feeds_the_backend_settings(rendered: dict[str, list[dict[str
     (deploy,) = by_kind(rendered["everything"], "Deployment")
     env = {e["name"] for e in deploy["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert "GPUCTL_PRICE_CATALOG" in env
+    # The trainer's securityContext: restricted by default, the chart operator's additions merged in.
+    assert config.trainer_security_context == {**RESTRICTED_SECURITY_CONTEXT, "runAsUser": 1000}
+    (cm,) = by_kind(rendered["default"], "ConfigMap")
+    default = KubeConfig.from_dict(json.loads(cm["data"]["operator.json"]))
+    assert default.trainer_security_context == RESTRICTED_SECURITY_CONTEXT
 
 
 def test_optional_service_monitor_and_pvcs(rendered: dict[str, list[dict[str, Any]]]) -> None:
