@@ -40,6 +40,8 @@ class FailureReason(StrEnum):
     USER_CODE_ERROR = "user_code_error"
     TOO_MANY_RESTARTS = "too_many_restarts"
     BACKEND_ERROR = "backend_error"
+    INVALID_SPEC = "invalid_spec"
+    """Refused at admission: a market policy or GPU type gpuctl does not know."""
 
 
 TERMINAL = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
