@@ -25,8 +25,8 @@ from orchestrator.cli import kube_jobs, slurm_cmd
 from orchestrator.cli.output import add_output_option, print_json
 from orchestrator.cli.status_document import local_document
 from orchestrator.cli.views import live_table, print_jobs, print_status, summary_lines
-from orchestrator.controller.loop import Controller, ControllerLock, spawn_background_controller
 from orchestrator.controller.admission import Refused, admit
+from orchestrator.controller.loop import Controller, ControllerLock, spawn_background_controller
 from orchestrator.controller.placement import Candidates, candidates_for
 from orchestrator.costs.budgets import load_cost_config, team_month_spent
 from orchestrator.errors import NotFoundError, UserError

@@ -49,7 +49,9 @@ def admit_gpujob(spec: JobSpec, namespace: str, team_budget_usd: float | None, n
         try:
             spent = gpujob_month_spent(client.list_gpujobs(namespace), spec.team, now)
         except PermanentError as err:
-            print(f"gpuctl: note: team spend taken as 0 (the operator checks it): {err.what}", file=sys.stderr)
+            print(
+                f"gpuctl: note: team spend taken as 0 (the operator checks it): {err.what}", file=sys.stderr
+            )
     catalog = os.environ.get(PRICE_CATALOG_ENV)
     decision = admit(spec, lambda s: catalog_candidates(s, catalog), spent, team_budget_usd)
     if isinstance(decision, Refused):

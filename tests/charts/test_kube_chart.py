@@ -125,7 +125,10 @@ def test_config_map_feeds_the_backend_settings(rendered: dict[str, list[dict[str
     (deploy,) = by_kind(rendered["everything"], "Deployment")
     env = {e["name"]: e.get("value") for e in deploy["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert "GPUCTL_PRICE_CATALOG" in env
-    assert parse_cost_config(cm["data"]["costs.yaml"]).team_budgets_usd == {"ml-research": 1000, "vision": 250.5}
+    assert parse_cost_config(cm["data"]["costs.yaml"]).team_budgets_usd == {
+        "ml-research": 1000,
+        "vision": 250.5,
+    }
     assert env["GPUCTL_COST_CONFIG"] == "/etc/gpuctl/costs.yaml"
     (default_deploy,) = by_kind(rendered["default"], "Deployment")
     default_env = {e["name"] for e in default_deploy["spec"]["template"]["spec"]["containers"][0]["env"]}

@@ -170,9 +170,12 @@ async def test_team_budget_counts_the_costs_in_the_teams_gpujobs(
     start = datetime.now(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
     segment = {"start": start.isoformat(), "end": (start + timedelta(seconds=10)).isoformat(), "nodes": 1,
                "gpuType": "A10G", "market": "on-demand", "nodePriceUsdPerHour": 35910.0}  # fmt: skip
-    await asyncio.to_thread(client.patch_gpujob_status, "first", "ml", {"state": "SUCCEEDED", "segments": [segment]})
+    await asyncio.to_thread(
+        client.patch_gpujob_status, "first", "ml", {"state": "SUCCEEDED", "segments": [segment]}
+    )
 
     job.write_text(job.read_text().replace("name: first", "name: second"))
     code, out = await asyncio.to_thread(_cli, capsys, "submit", str(job), *k, "--detach")
-    assert code == 2 and "team 'vision' has $0.25 left of its $100.00 monthly budget (spent $99.75)" in out, out
+    assert code == 2, out
+    assert "team 'vision' has $0.25 left of its $100.00 monthly budget (spent $99.75)" in out
     assert [j["metadata"]["name"] for j in await asyncio.to_thread(client.list_gpujobs, "ml")] == ["first"]
