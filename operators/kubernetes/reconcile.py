@@ -16,11 +16,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from operators.kubernetes.admission import admission_refusal, first_sight, refused_status
 from operators.kubernetes.gpu_usage import collect_gpu_usage
 from operators.kubernetes.step import Decision, placement_from, set_condition, step
 from orchestrator.backends.base import Placement
 from orchestrator.backends.kubernetes import client
-from orchestrator.backends.kubernetes.config import KubeConfig
+from orchestrator.backends.kubernetes.config import PRICE_CATALOG_ENV, KubeConfig
 from orchestrator.backends.kubernetes.manifests import (
     Owner,
     build_pod,
@@ -28,9 +29,8 @@ from orchestrator.backends.kubernetes.manifests import (
     derived_name,
     service_name,
 )
-from orchestrator.catalog.offers import read_offers_csv
-from orchestrator.controller.placement import placement_candidates
-from orchestrator.errors import GpuctlError, NotFoundError, SpecError, UserError
+from orchestrator.controller.placement import catalog_candidates
+from orchestrator.errors import NotFoundError, SpecError, UserError
 from orchestrator.spec import JobSpec
 from orchestrator.spec.model import NAME_PATTERN
 from orchestrator.state.status import FailureReason, JobStatus
@@ -83,10 +83,8 @@ def status_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, An
 
 def _candidates(spec: JobSpec) -> tuple[Placement | None, Placement | None]:
     """Cheapest (spot, on-demand) placements; from the chart's price catalog when one is mounted."""
-    path = os.environ.get("GPUCTL_PRICE_CATALOG")
-    if not path:
-        return placement_candidates(spec)
-    return placement_candidates(spec, offers=read_offers_csv(path, "chart price catalog"))
+    found = catalog_candidates(spec, os.environ.get(PRICE_CATALOG_ENV))
+    return found.cheapest_spot, found.on_demand
 
 
 def _created_at(body: Mapping[str, Any], now: datetime) -> datetime:
@@ -109,9 +107,14 @@ def reconcile_job(
         return None
     try:
         spec = job_spec(name, namespace, body.get("spec") or {})
-        candidates = _candidates(spec)
-    except GpuctlError as err:
+        refused = admission_refusal(spec, namespace, now, api) if first_sight(status) else None
+        candidates = _candidates(spec) if refused is None else (None, None)
+    except UserError as err:  # the job's own data: FAILED once; API errors propagate and kopf retries
         return _fail(name, namespace, status, str(FailureReason.INVALID_SPEC), err.message, now, api)
+    if refused is not None:  # refused at admission: FAILED once, one event; never looked at again
+        failed = refused_status(status, refused, now)
+        client.patch_gpujob_status(name, namespace, status_patch(status, failed), api)
+        return Decision(failed, events=(f"{JobStatus.FAILED} ({refused.reason}): {failed['message']}",))
     owner = Owner(name=name, uid=str(body["metadata"].get("uid", "")))
     pods = client.list_job_pods(name, namespace, api, owner.uid)  # only this GPUJob's pods, ever
     nodes = client.list_node_names(api)

@@ -67,7 +67,7 @@ print(json.dumps({"integrity": integrity, "before": before, "after": [j.name for
 BIG_JOB = """name: huge
 command: train.py
 resources: {{gpu_types: [H100], gpus_per_node: 1, nodes: 1}}
-env: {{BLOB: "{blob}"}}
+env: {{{env}}}
 """
 
 
@@ -76,7 +76,8 @@ def test_a_full_disk_keeps_every_committed_job_and_says_what_to_do(tmp_path: Pat
     disk = tmp_path / "disk"
     disk.mkdir()
     job_file = tmp_path / "huge.yaml"  # outside the full disk
-    job_file.write_text(BIG_JOB.format(blob="y" * 400_000))
+    blobs = ", ".join(f'BLOB{i}: "{"y" * 30_000}"' for i in range(14))  # 420 kB, each value within the spec's limit
+    job_file.write_text(BIG_JOB.format(env=blobs))
     home = disk / "home"
     results = run_in_namespace(
         f"mount -t tmpfs -o size=1m,mode=0755 gpuctl-test {disk}",

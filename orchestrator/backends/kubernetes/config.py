@@ -15,6 +15,10 @@ from orchestrator.errors import UserError
 
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_RESOURCE = "nvidia.com/gpu"
+PRICE_CATALOG_ENV = "GPUCTL_PRICE_CATALOG"
+"""A price catalog CSV replacing the built-in prices (the chart's ``priceCatalog``, mounted)."""
+COST_CONFIG_ENV = "GPUCTL_COST_CONFIG"
+"""The operator's cost config (``budgets: {teams: ...}``, the chart's ``budgets``), mounted."""
 
 DEFAULT_GPU_PRODUCTS: dict[str, list[str]] = {
     "H100": ["NVIDIA-H100-80GB-HBM3", "NVIDIA-H100-PCIe", "NVIDIA-H100-NVL"],
