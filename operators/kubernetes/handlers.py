@@ -49,7 +49,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.finalizer = FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP)
-    settings.posting.level = 20  # logging.INFO: job events also become Kubernetes Events
+    settings.posting.level = 20  # logging.INFO: job events become Kubernetes Events (see _reconcile)
     load_config()  # fail at startup, not at the first job, on bad settings
     port = os.environ.get("GPUCTL_METRICS_PORT")
     if port:
@@ -64,31 +64,40 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
     return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
 
 
-def _reconcile(name: str, namespace: str, logger: Any) -> None:
+def event_reason(message: str) -> str:
+    """The Event's reason: what a job event starts with (``FAILED (over_budget): ...`` -> ``FAILED``)."""
+    head = message.split(":", 1)[0].split(" (", 1)[0]
+    return head if head and " " not in head and len(head) <= 128 else "GPUJob"
+
+
+def _reconcile(name: str, namespace: str, body: Any, logger: Any) -> None:
     with _locks[(namespace, name)]:
         decision = reconcile_job(name, namespace, load_config(), datetime.now(UTC), _api())
     if decision is not None:
         metrics.record(namespace, name, decision.status)
     for message in decision.events if decision else ():
         logger.info(message)
+        # One Kubernetes Event per job event (kopf posts log messages only with posting.loggers,
+        # which would post its own per-handler messages too).
+        kopf.info(body, reason=event_reason(message), message=message)
 
 
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.resume(GROUP, VERSION, PLURAL)
-def start(*, name: str, namespace: str | None, logger: Any, **_: Any) -> None:
-    _reconcile(name, namespace or "default", logger)
+def start(*, name: str, namespace: str | None, body: Any, logger: Any, **_: Any) -> None:
+    _reconcile(name, namespace or "default", body, logger)
 
 
 @kopf.timer(GROUP, VERSION, PLURAL, interval=INTERVAL_S, initial_delay=INTERVAL_S)
-def tick(*, name: str, namespace: str | None, logger: Any, **_: Any) -> None:
-    _reconcile(name, namespace or "default", logger)
+def tick(*, name: str, namespace: str | None, body: Any, logger: Any, **_: Any) -> None:
+    _reconcile(name, namespace or "default", body, logger)
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL)
-def stop(*, name: str, namespace: str | None, logger: Any, **_: Any) -> None:
+def stop(*, name: str, namespace: str | None, uid: str | None, logger: Any, **_: Any) -> None:
     ns = namespace or "default"
     with _locks[(ns, name)]:
-        count = cleanup_job(name, ns, _api())
+        count = cleanup_job(name, ns, _api(), owner_uid=uid or "")
     _locks.pop((ns, name), None)
     metrics.forget(ns, name)
     logger.info(f"deleted {count} pod(s) and the rendezvous service")

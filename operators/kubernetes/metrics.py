@@ -6,8 +6,9 @@ import contextlib
 from collections.abc import Mapping
 from typing import Any
 
-from prometheus_client import Counter, Gauge, start_http_server
+from prometheus_client import REGISTRY, Counter, Gauge
 
+from orchestrator.monitor.scrape_server import ScrapeServer
 from orchestrator.state.status import JobStatus
 
 _LABELS = ("namespace", "job")
@@ -19,8 +20,9 @@ JOB_STATE = Gauge("gpuctl_job_state", "1 for the job's current state", (*_LABELS
 RECONCILES = Counter("gpuctl_operator_reconciles", "Reconcile passes run by the operator")
 
 
-def serve(port: int) -> None:
-    start_http_server(port)
+def serve(port: int) -> ScrapeServer:
+    """Serve the metrics on all addresses (Prometheus scrapes the operator pod), bounded threads."""
+    return ScrapeServer(REGISTRY, port, "0.0.0.0")
 
 
 def record(namespace: str, job: str, status: Mapping[str, Any]) -> None:

@@ -8,6 +8,8 @@ of the controller (or of ``gpuctl sbatch``):
     GPUCTL_MONITOR_INTERVAL  sampling interval (default 1s)
     GPUCTL_MONITOR_WINDOW    summary window (default 60s)
     GPUCTL_MONITOR_CLOUD     preemption notices to watch: none (default), aws, gcp, auto
+    GPUCTL_MONITOR_ADDR      SLURM only: /metrics listen address on the nodes (default 127.0.0.1;
+                             0.0.0.0 where a Prometheus outside the node scrapes it)
     GPUCTL_MONITOR_COMMAND   SLURM only: how compute nodes run the monitor (default
                              ``python3 -m orchestrator.monitor``)
 
@@ -33,6 +35,7 @@ ENV_INTERVAL = "GPUCTL_MONITOR_INTERVAL"
 ENV_WINDOW = "GPUCTL_MONITOR_WINDOW"
 ENV_CLOUD = "GPUCTL_MONITOR_CLOUD"
 ENV_COMMAND = "GPUCTL_MONITOR_COMMAND"
+ENV_ADDR = "GPUCTL_MONITOR_ADDR"
 
 OPTIONS_KEY = "monitor"
 """Key of the monitor settings in a job's stored options."""
@@ -72,6 +75,8 @@ class MonitorSettings:
     window: str = "60s"
     cloud: str = "none"
     command: tuple[str, ...] = ("python3", "-m", "orchestrator.monitor")
+    addr: str = "127.0.0.1"
+    """Where SLURM nodes' monitors listen: loopback unless something scrapes them from outside."""
 
     @property
     def enabled(self) -> bool:
@@ -98,6 +103,8 @@ class MonitorSettings:
                     f"{ENV_CLOUD}={env[ENV_CLOUD]!r} is unknown", f"use one of {', '.join(CLOUDS)}"
                 )
             settings = replace(settings, cloud=env[ENV_CLOUD])
+        if env.get(ENV_ADDR):
+            settings = replace(settings, addr=env[ENV_ADDR].strip())
         if env.get(ENV_COMMAND):
             settings = replace(settings, command=tuple(shlex.split(env[ENV_COMMAND])))
         return settings

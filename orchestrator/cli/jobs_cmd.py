@@ -20,16 +20,18 @@ from orchestrator.backends.local.market import SimulatedMarket, parse_schedule, 
 from orchestrator.backends.progress import read_progress
 from orchestrator.backends.slurm import SlurmBackend, load_cluster_config
 from orchestrator.backends.slurm.config import CONFIG_ENV as SLURM_CONFIG_ENV
+from orchestrator.backends.slurm.placements import own_placements
 from orchestrator.cli import kube_jobs, slurm_cmd
 from orchestrator.cli.output import add_output_option, print_json
 from orchestrator.cli.status_document import local_document
 from orchestrator.cli.views import live_table, print_jobs, print_status, summary_lines
+from orchestrator.controller.admission import Refused, admit
 from orchestrator.controller.loop import Controller, ControllerLock, spawn_background_controller
-from orchestrator.controller.placement import candidates_for
-from orchestrator.costs.budgets import CostConfig, check_submission, load_cost_config, team_month_spent
+from orchestrator.controller.placement import Candidates, candidates_for
+from orchestrator.costs.budgets import load_cost_config, team_month_spent
 from orchestrator.errors import NotFoundError, UserError
-from orchestrator.policies import market_policy
-from orchestrator.spec import JobSpec, MarketMode, load_spec_file, parse_deadline
+from orchestrator.home import home_dir
+from orchestrator.spec import JobSpec, load_spec_file, parse_deadline
 from orchestrator.state.records import JobRecord
 from orchestrator.state.status import JobStatus
 from orchestrator.state.store import JobStore
@@ -163,16 +165,18 @@ def _spot_traces(values: list[str]) -> tuple[str | None, dict[str, str] | None]:
 def run_submit(args: argparse.Namespace) -> int:
     now = datetime.now(UTC)
     spec = load_spec_file(args.file, now=now)
+    costs = load_cost_config(home_dir() / "config.yaml")
     if args.backend == "kubernetes":
-        return kube_jobs.submit(spec, args.namespace, args.detach)
-    if spec.market.policy:
-        market_policy(spec.market.policy)  # an unknown name fails here, not in the controller
+        return kube_jobs.submit(spec, args.namespace, args.detach, costs.team_budget(spec.team), now)
     _use_cluster_config(args)
     store = JobStore()
     backend = make_backend(args.backend, store, launches=True)
-    _check_budgets(
-        spec, store, backend, now
-    )  # unknown GPU types, impossible zones and budgets fail before anything is stored
+    # Unknown policies and GPU types, impossible zones and budgets fail before anything is stored.
+    spent = team_month_spent(store.list_jobs(), store.segments(), spec.team, now)
+    decision = admit(spec, lambda s: _backend_candidates(s, backend), spent, costs.team_budget(spec.team))
+    if isinstance(decision, Refused):
+        raise decision.error()
+    backend.own_placements(spec)  # SLURM: the preflight (partitions and GRES types exist, via sinfo)
     deadline = parse_deadline(spec.goals.deadline, now) if spec.goals.deadline else None
     options: dict[str, Any] = {"market": _market_options(args)}
     source = args.monitor_source or os.environ.get(monitoring.ENV_SOURCE)
@@ -204,18 +208,12 @@ def run_submit(args: argparse.Namespace) -> int:
         lock.release()
 
 
-def _check_budgets(spec: JobSpec, store: JobStore, backend: Backend, now: datetime) -> None:
-    """Refuse, with the numbers, a job whose first placement breaks a cap, its budget or its team's."""
-    found = candidates_for(spec, backend.own_placements(spec))
-    spot, on_demand = found.cheapest_spot, found.on_demand
-    first = spot if spot is not None and spec.market.mode is not MarketMode.ON_DEMAND else on_demand
-    if first is None:
-        return
-    config_file = store.home / "config.yaml"
-    config = load_cost_config(config_file) if config_file.exists() else CostConfig()
-    spent = team_month_spent(store.list_jobs(), store.segments(), spec.team, now)
-    hourly = first.node_price_usd_per_hour * spec.resources.max_nodes
-    check_submission(spec, hourly, spent, config.team_budget(spec.team))
+def _backend_candidates(spec: JobSpec, backend: Backend) -> Candidates:
+    """Where the spec may run by the backend's prices: a SLURM cluster config's partitions (read from
+    the config alone: the cluster is asked later, by the preflight), else the price catalog."""
+    if isinstance(backend, SlurmBackend):
+        return candidates_for(spec, own_placements(spec, backend.config))
+    return candidates_for(spec, backend.own_placements(spec))
 
 
 def _follow(store: JobStore, job_id: str, controller: Controller | None) -> int:

@@ -13,9 +13,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from orchestrator.backends.kubernetes import client
+from orchestrator.backends.kubernetes.config import PRICE_CATALOG_ENV
 from orchestrator.cli.output import usd
 from orchestrator.cli.status_document import kubernetes_document
 from orchestrator.cli.views import print_jobs, print_status
+from orchestrator.controller.admission import Refused, admit
+from orchestrator.controller.placement import catalog_candidates
+from orchestrator.costs.budgets import gpujob_month_spent
 from orchestrator.errors import GpuctlError, NotFoundError, PermanentError
 from orchestrator.spec import JobSpec
 
@@ -35,7 +39,34 @@ def gpujob_document(obj: dict[str, Any]) -> dict[str, Any]:
     return kubernetes_document(obj).as_json()
 
 
-def submit(spec: JobSpec, namespace: str, detach: bool, poll_s: float = 2.0) -> int:
+def admit_gpujob(spec: JobSpec, namespace: str, team_budget_usd: float | None, now: datetime) -> None:
+    """Refuse, before any GPUJob is created, what the operator would refuse: priced by the catalog
+    the operator uses (``$GPUCTL_PRICE_CATALOG`` when set, as the chart sets it for the operator),
+    the team's month spend from the costs in its GPUJobs' status in ``namespace`` (listed only when
+    the team has a budget; a user not allowed to list them is told so, and the operator checks it)."""
+    spent = 0.0
+    if team_budget_usd is not None:
+        try:
+            spent = gpujob_month_spent(client.list_gpujobs(namespace), spec.team, now)
+        except PermanentError as err:
+            print(
+                f"gpuctl: note: team spend taken as 0 (the operator checks it): {err.what}", file=sys.stderr
+            )
+    catalog = os.environ.get(PRICE_CATALOG_ENV)
+    decision = admit(spec, lambda s: catalog_candidates(s, catalog), spent, team_budget_usd)
+    if isinstance(decision, Refused):
+        raise decision.error()
+
+
+def submit(
+    spec: JobSpec,
+    namespace: str,
+    detach: bool,
+    team_budget_usd: float | None = None,
+    now: datetime | None = None,
+    poll_s: float = 2.0,
+) -> int:
+    admit_gpujob(spec, namespace, team_budget_usd, now or datetime.now(UTC))
     client.create_gpujob(spec, namespace)
     name = spec.name  # the GPUJob is named after the job
     print(f"gpujob/{name} created in namespace {namespace}", flush=True)

@@ -6,6 +6,7 @@ import argparse
 import json
 from typing import Any
 
+from orchestrator.controller.admission import policy_refusal
 from orchestrator.spec import job_spec_json_schema, load_spec_file
 
 
@@ -27,6 +28,9 @@ def register(sub: Any) -> None:
 
 def run_validate(args: argparse.Namespace) -> int:
     spec = load_spec_file(args.file)
+    refused = policy_refusal(spec)  # the spec alone: prices and budgets are checked at submission
+    if refused is not None:
+        raise refused.error()
     if not args.quiet:
         print(f"{args.file}: valid job spec '{spec.name}'")
         print(json.dumps(spec.to_dict(), indent=2))

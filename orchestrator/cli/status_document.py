@@ -221,7 +221,7 @@ def kubernetes_document(obj: dict[str, Any], now: datetime | None = None) -> Sta
     on_demand = _sum_or_none([p[1] for p in parts])
     spec = obj.get("spec") or {}
     return StatusDocument(
-        id=meta.get("name", ""), name=meta.get("name", ""), user=spec.get("user"),
+        id=meta.get("name", ""), name=meta.get("name", ""), user=status.get("user") or meta.get("namespace"),
         team=spec.get("team"), backend="kubernetes",
         state=JobStatus(status.get("state", JobStatus.PENDING)), failure_reason=status.get("failureReason"),
         message=status.get("message"), submitted_at=meta.get("creationTimestamp"),

@@ -9,9 +9,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from orchestrator.backends.base import OwnPlacements, Placement
-from orchestrator.catalog.offers import MarketKind, Offer, find_offers
+from orchestrator.catalog.offers import MarketKind, Offer, find_offers, read_offers_csv
 from orchestrator.errors import UserError
 from orchestrator.spec import GpuChoice, JobSpec
+
+
+class NoPlacement(UserError):
+    """The spec's GPU types exist, but no offer of them fits its clouds, regions and zones."""
 
 
 @dataclass(frozen=True)
@@ -61,7 +65,7 @@ def zone_candidates(spec: JobSpec, price_note: str = "", offers: Sequence[Offer]
                     best[slot] = (key, placement)
     if not best:
         where = ", ".join(spec.market.zones or spec.market.regions) or "any region"
-        raise UserError(
+        raise NoPlacement(
             f"no offer of {', '.join(types)} in {where}",
             "allow more zones or regions, or other GPU types (see `gpuctl gpus`)",
         )
@@ -77,6 +81,14 @@ def zone_candidates(spec: JobSpec, price_note: str = "", offers: Sequence[Offer]
 def candidates_for(spec: JobSpec, own: OwnPlacements | None, price_note: str = "") -> Candidates:
     """The backend's own placements (a SLURM cluster's partitions) when it has them, else the catalog's."""
     return Candidates(dict(own.spot_by_zone), own.on_demand) if own else zone_candidates(spec, price_note)
+
+
+def catalog_candidates(spec: JobSpec, catalog_csv: str | None = None) -> Candidates:
+    """Candidates from the price catalog CSV ``catalog_csv`` (the Helm chart's ``priceCatalog``), else
+    the built-in one: what the Kubernetes operator places by, and ``gpuctl submit --backend kubernetes``
+    admits by."""
+    offers = read_offers_csv(catalog_csv, "chart price catalog") if catalog_csv else None
+    return zone_candidates(spec, offers=offers)
 
 
 def placement_candidates(

@@ -94,6 +94,28 @@ def team_month_spent(
     return sum(segment_cost(s, now, window).cost_usd for s in segments if s.job_id in ids)
 
 
+def _when(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def gpujob_month_spent(gpujobs: Iterable[Mapping[str, Any]], team: str, now: datetime) -> float:
+    """What ``team`` spent in the calendar month of ``now`` by its GPUJobs (Kubernetes keeps each job's
+    segments in the GPUJob's ``status.segments``: start, end, nodes, nodePriceUsdPerHour).
+
+    A GPUJob's team is its ``spec.team`` (``default`` when unset, as in a job spec)."""
+    window = month_window(now)
+    total = 0.0
+    for obj in gpujobs:
+        if str((obj.get("spec") or {}).get("team") or "default") != team:
+            continue
+        for seg in (obj.get("status") or {}).get("segments") or []:
+            start = max(_when(str(seg["start"])), window.start)
+            end = min(_when(str(seg["end"])) if seg.get("end") else now, window.end, now)
+            hours = max(0.0, (end - start).total_seconds() / 3600.0)
+            total += hours * float(seg.get("nodes", 0)) * float(seg.get("nodePriceUsdPerHour") or 0.0)
+    return total
+
+
 def check_submission(
     spec: JobSpec,
     estimated_hourly_usd: float,

@@ -26,6 +26,8 @@ from orchestrator.monitor.summary import (
 )
 
 ENV_SUMMARY_FILE = "GPUCTL_MONITOR_SUMMARY_FILE"
+ENV_ADDR = "GPUCTL_MONITOR_ADDR"
+"""Default of ``--addr``; unset: loopback (Kubernetes pods pass ``--addr=0.0.0.0`` to be scraped)."""
 
 
 class SampleSource(Protocol):
@@ -85,7 +87,11 @@ def add_monitor_arguments(parser: argparse.ArgumentParser) -> None:
         help="utilization %% below which a GPU counts as idle (default 1)",
     )
     parser.add_argument("--port", type=int, default=9400, help="/metrics port (0: any free port; -1: none)")
-    parser.add_argument("--addr", default="0.0.0.0", help="/metrics listen address")
+    parser.add_argument(
+        "--addr",
+        default=os.environ.get(ENV_ADDR) or "127.0.0.1",
+        help=f"/metrics listen address (default ${ENV_ADDR}, else 127.0.0.1: this machine only)",
+    )
     parser.add_argument("--job", default=os.environ.get(ENV_JOB_ID, ""), help="job label for gpuctl_* series")
     parser.add_argument(
         "--cloud",

@@ -14,11 +14,12 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from orchestrator.monitor.samples import GpuSample
+from orchestrator.monitor.scrape_server import ScrapeServer
 
 MIB = 1024 * 1024
 
@@ -143,15 +144,14 @@ class GpuCollector(Collector):
 
 
 class MetricsServer:
-    """The /metrics HTTP endpoint on its own registry (port 0 picks a free port)."""
+    """The /metrics HTTP endpoint on its own registry (port 0 picks a free port), on loopback unless
+    told otherwise; a bounded :class:`ScrapeServer`."""
 
-    def __init__(self, collector: GpuCollector, port: int = 9400, addr: str = "0.0.0.0") -> None:
+    def __init__(self, collector: GpuCollector, port: int = 9400, addr: str = "127.0.0.1") -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(collector)
-        self._server, self._thread = start_http_server(port, addr=addr, registry=self.registry)
-        self.port = int(self._server.server_port)
+        self._server = ScrapeServer(self.registry, port, addr)
+        self.port = self._server.port
 
     def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
+        self._server.close()

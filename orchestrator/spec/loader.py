@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -151,7 +152,7 @@ def _check_events(text: str, source: str) -> None:
             raise SpecError(
                 source,
                 [
-                    f"more than {MAX_VALUES} keys, values and list items (line {event.start_mark.line + 1}). "
+                    f"more than {MAX_VALUES} keys, values and list items{_at(event)}. "
                     "To fix: keep data out of the job file (read it from a file in workdir)"
                 ],
             )
@@ -159,7 +160,7 @@ def _check_events(text: str, source: str) -> None:
             raise SpecError(
                 source,
                 [
-                    f"YAML alias *{shown(event.anchor)[1:-1]} (line {event.start_mark.line + 1}): aliases are "
+                    f"YAML alias *{shown(event.anchor)[1:-1]}{_at(event)}: aliases are "
                     "not allowed in job files. To fix: write the value out instead of '&anchor' and '*alias'"
                 ],
             )
@@ -169,12 +170,17 @@ def _check_events(text: str, source: str) -> None:
                 raise SpecError(
                     source,
                     [
-                        f"nesting deeper than {MAX_DEPTH} levels (line {event.start_mark.line + 1}). "
+                        f"nesting deeper than {MAX_DEPTH} levels{_at(event)}. "
                         "To fix: a job spec needs only a few levels; check the brackets and indentation"
                     ],
                 )
         elif isinstance(event, yaml.CollectionEndEvent):
             depth -= 1
+
+
+def _at(event: yaml.Event) -> str:
+    mark = event.start_mark
+    return f" (line {mark.line + 1})" if mark is not None else ""
 
 
 def _problems(exc: ValidationError, lines: dict[Path_, int]) -> list[str]:
@@ -224,7 +230,7 @@ def _most_specific(errors: list[Any]) -> list[Any]:
 
 
 def _describe(err: Any, lines: dict[Path_, int]) -> str:
-    loc: Path_ = tuple(p for p in err["loc"] if not _is_union_tag(p))
+    loc: Path_ = tuple(p for p in err["loc"] if not _is_union_tag(p)) or tuple(err["loc"])
     field = ".".join(shown(p)[1:-1] for p in loc) or "(top level)"
     line = _nearest_line(loc, lines)
     where = f" (line {line})" if line else ""
@@ -272,6 +278,7 @@ def _fix_for(kind: str, err: Any) -> str:
     return "correct the value as described"
 
 
+_TYPE_TAG = re.compile(r"[a-z][a-z-]*\[.+\]")
 _MODEL_NAMES = {"NodeRange", "Resources", "Market", "Goals", "Checkpoint", "Recovery", "Policies", "JobSpec"}
 
 
@@ -279,7 +286,9 @@ def _is_union_tag(part: str | int) -> bool:
     # pydantic adds the union member's type ("int", "NodeRange", "list[constrained-str]") to error paths;
     # keys of env and labels (often upper case) are not tags.
     return isinstance(part, str) and (
-        part in {"int", "str", "float", "bool"} or part in _MODEL_NAMES or "[" in part
+        part in {"int", "str", "float", "bool"}
+        or part in _MODEL_NAMES
+        or _TYPE_TAG.fullmatch(part) is not None
     )
 
 

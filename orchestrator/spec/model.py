@@ -45,6 +45,26 @@ from orchestrator.spec.limits import (
 )
 
 NAME_PATTERN = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
+DEVICE_ENV_NAMES = frozenset(
+    {
+        "CUDA_VISIBLE_DEVICES",
+        "ROCR_VISIBLE_DEVICES",
+        "HIP_VISIBLE_DEVICES",
+        "GPU_DEVICE_ORDINAL",
+        "ZE_AFFINITY_MASK",
+        "HABANA_VISIBLE_DEVICES",
+        "HABANA_VISIBLE_MODULES",
+        "NEURON_RT_VISIBLE_CORES",
+    }
+)
+DEVICE_ENV_PREFIXES = ("NVIDIA_",)
+"""Variables that choose which devices a process (or the NVIDIA container runtime) sees: the backend
+sets them from the GPUs the job was given, never the job's ``env``."""
+
+
+def device_env_names(env: dict[str, str]) -> list[str]:
+    """The names in ``env`` that select devices (:data:`DEVICE_ENV_NAMES`, ``NVIDIA_*``), any case."""
+    return [k for k in env if k.upper() in DEVICE_ENV_NAMES or k.upper().startswith(DEVICE_ENV_PREFIXES)]
 
 
 class _Strict(BaseModel):
@@ -270,6 +290,17 @@ class JobSpec(_Strict):
                     f"{shown(key)} is not a valid environment variable name; "
                     "use letters, digits and '_', not starting with a digit"
                 )
+        return v
+
+    @field_validator("env")
+    @classmethod
+    def _no_device_env(cls, v: dict[str, str]) -> dict[str, str]:
+        names = device_env_names(v)
+        if names:
+            raise ValueError(
+                f"{', '.join(names)} would choose the GPUs the job sees, which gpuctl sets from the GPUs "
+                "it gives the job; remove them from env and ask for GPUs with resources.gpus_per_node"
+            )
         return v
 
     @property

@@ -41,7 +41,8 @@ class FailureReason(StrEnum):
     TOO_MANY_RESTARTS = "too_many_restarts"
     BACKEND_ERROR = "backend_error"
     INVALID_SPEC = "invalid_spec"
-    """The stored job spec cannot be read (corrupted, or written by an older gpuctl with looser checks)."""
+    """The job spec is invalid: refused at admission (a market policy or GPU type gpuctl does not know),
+    or the stored spec cannot be read (corrupted, or written by an older gpuctl with looser checks)."""
     INTERNAL_ERROR = "internal_error"
     """The controller met an unexpected error handling this job (a gpuctl bug, or data it did not expect)."""
 

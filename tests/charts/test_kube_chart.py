@@ -11,7 +11,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from orchestrator.backends.kubernetes.config import KubeConfig
+from orchestrator.backends.kubernetes.config import RESTRICTED_SECURITY_CONTEXT, KubeConfig
+from orchestrator.costs.budgets import parse_cost_config
 
 CHART = Path(__file__).resolve().parents[2] / "charts/gpuctl"
 KUBE_VERSION = "1.33"
@@ -24,8 +25,10 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "checkpoints": {"pvc": {"create": True, "storageClassName": "filestore"}},
         "serviceMonitor": {"enabled": True, "labels": {"release": "prom"}},
         "priceCatalog": {"csv": "cloud,instance_type\n"},
+        "budgets": {"teams": {"ml-research": 1000, "vision": 250.5}},
         "imagePullSecrets": [{"name": "regcred"}],
         "tolerations": [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}],
+        "trainerSecurityContext": {"runAsUser": 1000},
     },
     "no-rbac": {"rbac": {"create": False}, "serviceAccount": {"create": False, "name": "existing"}},
 }
@@ -121,8 +124,21 @@ def test_config_map_feeds_the_backend_settings(rendered: dict[str, list[dict[str
     assert config.regrow_after_s == 600
     assert cm["data"]["prices.csv"].startswith("cloud,instance_type")
     (deploy,) = by_kind(rendered["everything"], "Deployment")
-    env = {e["name"] for e in deploy["spec"]["template"]["spec"]["containers"][0]["env"]}
+    env = {e["name"]: e.get("value") for e in deploy["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert "GPUCTL_PRICE_CATALOG" in env
+    assert parse_cost_config(cm["data"]["costs.yaml"]).team_budgets_usd == {
+        "ml-research": 1000,
+        "vision": 250.5,
+    }
+    assert env["GPUCTL_COST_CONFIG"] == "/etc/gpuctl/costs.yaml"
+    (default_deploy,) = by_kind(rendered["default"], "Deployment")
+    default_env = {e["name"] for e in default_deploy["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert "GPUCTL_COST_CONFIG" not in default_env  # no team budgets: no cost config
+    # The trainer's securityContext: restricted by default, the chart operator's additions merged in.
+    assert config.trainer_security_context == {**RESTRICTED_SECURITY_CONTEXT, "runAsUser": 1000}
+    (cm,) = by_kind(rendered["default"], "ConfigMap")
+    default = KubeConfig.from_dict(json.loads(cm["data"]["operator.json"]))
+    assert default.trainer_security_context == RESTRICTED_SECURITY_CONTEXT
 
 
 def test_optional_service_monitor_and_pvcs(rendered: dict[str, list[dict[str, Any]]]) -> None:

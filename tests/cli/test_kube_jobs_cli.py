@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import kmock
@@ -19,6 +20,7 @@ from orchestrator.backends.kubernetes import client
 from orchestrator.cli.main import main
 from orchestrator.state.gpu_usage import NO_NVML_MESSAGE
 from tests.cli.test_gpu_usage_cli import window
+from tests.controller.test_admission import OVER_BUDGET_JOB
 
 VERBS = {"list", "watch", "get", "create", "patch", "update", "delete"}
 
@@ -128,3 +130,52 @@ async def test_status_shows_why_nothing_was_measured(
     await asyncio.to_thread(client.patch_gpujob_status, "blind", "ml", status)
     code, out = await asyncio.to_thread(_cli, capsys, "status", "blind", *k)
     assert code == 0 and NO_NVML_MESSAGE in out and "GPU use:" not in out
+
+
+@pytest.mark.asyncio
+async def test_the_over_budget_job_is_refused_and_no_gpujob_created(
+    kubeconfig: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The job every backend refuses (tests/controller/test_admission.py), priced by the catalog the
+    operator uses: refused before the API server is asked to create anything."""
+    monkeypatch.setenv("GPUCTL_HOME", str(tmp_path / "home"))
+    job = tmp_path / "job.yaml"
+    job.write_text(OVER_BUDGET_JOB)
+    k = ("--backend", "kubernetes", "--namespace", "ml")
+    code, out = await asyncio.to_thread(_cli, capsys, "submit", str(job), *k, "--detach")
+    assert code == 2 and "above its max_hourly_usd $1.00/h" in out and "To fix" in out, out
+    assert await asyncio.to_thread(client.list_gpujobs, "ml") == []
+
+    job.write_text("name: p\ncommand: train.py\nmarket: {policy: nope}\n")
+    code, out = await asyncio.to_thread(_cli, capsys, "submit", str(job), *k, "--detach")
+    assert code == 2 and "unknown market policy 'nope'" in out
+    assert await asyncio.to_thread(client.list_gpujobs, "ml") == []
+
+
+@pytest.mark.asyncio
+async def test_team_budget_counts_the_costs_in_the_teams_gpujobs(
+    kubeconfig: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("GPUCTL_HOME", str(home))
+    (home / "config.yaml").write_text("budgets: {teams: {vision: 100}}\n")
+    k = ("--backend", "kubernetes", "--namespace", "ml")
+    job = tmp_path / "job.yaml"
+    job.write_text("name: first\nteam: vision\ncommand: train.py\nresources: {gpu_types: [A10G], nodes: 1}\n")
+    code, _ = await asyncio.to_thread(_cli, capsys, "submit", str(job), *k, "--detach")
+    assert code == 0, "nothing spent yet"
+    # what the operator wrote: $99.75 of the team's $100 this month (10 s from its start at $35,910/h);
+    # an hour of A10G spot costs more than the $0.25 left
+    start = datetime.now(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    segment = {"start": start.isoformat(), "end": (start + timedelta(seconds=10)).isoformat(), "nodes": 1,
+               "gpuType": "A10G", "market": "on-demand", "nodePriceUsdPerHour": 35910.0}  # fmt: skip
+    await asyncio.to_thread(
+        client.patch_gpujob_status, "first", "ml", {"state": "SUCCEEDED", "segments": [segment]}
+    )
+
+    job.write_text(job.read_text().replace("name: first", "name: second"))
+    code, out = await asyncio.to_thread(_cli, capsys, "submit", str(job), *k, "--detach")
+    assert code == 2, out
+    assert "team 'vision' has $0.25 left of its $100.00 monthly budget (spent $99.75)" in out
+    assert [j["metadata"]["name"] for j in await asyncio.to_thread(client.list_gpujobs, "ml")] == ["first"]

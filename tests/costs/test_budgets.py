@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from orchestrator.costs.budgets import (
     check_submission,
+    gpujob_month_spent,
     load_cost_config,
     month_window,
     over_budget,
@@ -74,3 +76,24 @@ def test_config_file(tmp_path: Path) -> None:
         parse_cost_config("budgets: {teams: {a: lots}}")
     with pytest.raises(UserError, match="must be a mapping"):
         parse_cost_config("budgets: [1]")
+
+
+def test_gpujob_month_spent_clips_segments_to_this_month_and_now() -> None:
+    now = datetime(2026, 11, 10, 12, 0, tzinfo=UTC)
+
+    def gpujob(team: str | None, *segments: tuple[str, str | None]) -> dict[str, object]:
+        spec = {"team": team} if team else {}
+        segs = [{"start": s, "end": e, "nodes": 2, "nodePriceUsdPerHour": 5.0} for s, e in segments]
+        return {"spec": spec, "status": {"segments": segs}}
+
+    jobs = [
+        gpujob("vision", ("2026-10-31T22:00:00Z", "2026-11-01T03:00:00Z")),  # 3 h of it in November
+        gpujob("vision", ("2026-11-10T10:00:00Z", None)),  # open: 2 h up to now
+        gpujob("vision", ("2026-10-01T00:00:00Z", "2026-10-02T00:00:00Z")),  # last month
+        gpujob("nlp", ("2026-11-02T00:00:00Z", "2026-11-03T00:00:00Z")),
+        gpujob(None, ("2026-11-02T00:00:00Z", "2026-11-02T01:00:00Z")),  # team "default"
+        {"spec": {"team": "vision"}},  # not started: no status
+    ]
+    assert gpujob_month_spent(jobs, "vision", now) == pytest.approx(5 * 2 * 5.0)
+    assert gpujob_month_spent(jobs, "default", now) == pytest.approx(10.0)
+    assert gpujob_month_spent(jobs, "nobody", now) == 0.0

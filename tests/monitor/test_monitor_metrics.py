@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import argparse
+import socket
+import threading
+import time
 import urllib.request
 from collections.abc import Iterator
 
 import pytest
+from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
+from orchestrator.monitor.app import add_monitor_arguments
 from orchestrator.monitor.metrics import GpuCollector, MetricsServer, kubernetes_labels
 from orchestrator.monitor.samples import ReplaySource
+from orchestrator.monitor.scrape_server import ScrapeServer
 from orchestrator.monitor.summary import WindowAggregator
 from tests.monitor.monitor_helpers import H100X8, make_sample
 
@@ -114,3 +121,51 @@ def test_kubernetes_labels_only_on_kubernetes() -> None:
         "CONTAINER_NAME": "c",
     }
     assert kubernetes_labels(env) == {"pod": "p", "namespace": "ns", "container": "c"}
+
+
+def test_metrics_listen_on_loopback_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    parser = argparse.ArgumentParser()
+    add_monitor_arguments(parser)
+    assert parser.parse_args([]).addr == "127.0.0.1"
+    monkeypatch.setenv("GPUCTL_MONITOR_ADDR", "0.0.0.0")
+    parser = argparse.ArgumentParser()
+    add_monitor_arguments(parser)
+    assert parser.parse_args([]).addr == "0.0.0.0"
+    server = MetricsServer(GpuCollector(job="j", hostname="h", extra_labels={}), port=0)
+    try:
+        assert server._server._listener.getsockname()[0] == "127.0.0.1"
+    finally:
+        server.close()
+
+
+def test_idle_connections_cannot_starve_a_scrape_or_pile_up_threads() -> None:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(GpuCollector(job="j", hostname="h", extra_labels={}))
+    before = threading.active_count()
+    server = ScrapeServer(registry, 0, "127.0.0.1", workers=2, timeout_s=1.0)
+    idle = []
+    try:
+        for _ in range(50):  # 25 times the pool, held open and silent
+            idle.append(socket.create_connection(("127.0.0.1", server.port), timeout=5))
+        started = time.monotonic()
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics", timeout=10) as response:
+            body = response.read().decode()
+        assert time.monotonic() - started < 2.0  # idle connections hold no worker
+        assert "gpuctl_gpu_idle_seconds" in body
+        assert threading.active_count() <= before + 3  # connection thread and two workers, whatever the load
+        # A slow-drip client is cut off at its deadline rather than holding a worker.
+        drip = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+        drip.sendall(b"GET /metrics HTTP/1.1\r\n")
+        drip.settimeout(5)
+        assert drip.recv(1024) == b""  # closed unanswered
+        drip.close()
+        # HEAD and other methods.
+        head = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+        head.sendall(b"POST / HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert head.recv(1024).startswith(b"HTTP/1.1 405")
+        head.close()
+    finally:
+        for conn in idle:
+            conn.close()
+        server.close()
+    assert threading.active_count() <= before

@@ -120,3 +120,16 @@ def test_examples_validate() -> None:
 
     for path in Path(__file__).resolve().parents[2].glob("examples/*/job.yaml"):
         load_spec_file(path)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "CUDA_VISIBLE_DEVICES", "rocr_visible_devices"],
+)
+def test_device_selection_env_is_refused(name: str) -> None:
+    with pytest.raises(SpecError) as err:
+        load_spec_text(OK + f"env: {{{name}: all, FOO: bar}}\n", source="job.yaml")
+    message = str(err.value)
+    assert f"env (line 3): {name} would choose the GPUs the job sees" in message, message
+    assert "remove them from env" in message and "To fix" in message and "FOO" not in message
+    assert load_spec_text(OK + "env: {CUDA_LAUNCH_BLOCKING: '1', NVIDIAX: y}\n").env["NVIDIAX"] == "y"

@@ -7,7 +7,6 @@ finds the pods again after a controller restart. The operator uses the same buil
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
@@ -16,16 +15,21 @@ from typing import Any
 from orchestrator.backends.base import AttemptObservation, LaunchRequest, NodeObservation, OwnPlacements
 from orchestrator.backends.kubernetes import client
 from orchestrator.backends.kubernetes.config import KubeConfig
-from orchestrator.backends.kubernetes.manifests import LABEL_ATTEMPT, Owner, build_pod, build_service
+from orchestrator.backends.kubernetes.manifests import (
+    LABEL_ATTEMPT,
+    Owner,
+    build_pod,
+    build_service,
+    derived_name,
+)
 from orchestrator.backends.kubernetes.observe import observe_pods
 from orchestrator.errors import NotFoundError
 from orchestrator.spec import JobSpec
 
 
 def pod_name_for(node_id: str) -> str:
-    """A DNS-1123 pod name for a controller node id (lowercase, '-' for anything else, <= 63)."""
-    name = re.sub(r"[^a-z0-9-]+", "-", node_id.lower()).strip("-")[:63].rstrip("-")
-    return name or "node"
+    """A DNS label for a controller node id (:func:`derived_name`: distinct ids, distinct names)."""
+    return derived_name(node_id)
 
 
 class KubernetesBackend:
@@ -55,11 +59,23 @@ class KubernetesBackend:
             return None
         return Owner(job_id, str(body["metadata"].get("uid", "")))
 
+    def _pods(self, job_id: str, owner: Owner | None, attempt: int | None = None) -> list[dict[str, Any]]:
+        """The job's pods: its label and its GPUJob as owner (no owner when there is no GPUJob)."""
+        uid = owner.uid if owner else None
+        return [
+            p
+            for p in client.list_job_pods(job_id, self.namespace, self.api)
+            if client.belongs_to(p, job_id, uid)
+            and (attempt is None or p["metadata"].get("labels", {}).get(LABEL_ATTEMPT) == str(attempt))
+        ]
+
     def launch(self, request: LaunchRequest) -> None:
         owner = self._owner(request.job_id)
-        client.ensure_service(build_service(request.job_id, self.namespace, self.config, owner), self.api)
-        pods = client.list_job_pods(request.job_id, self.namespace, self.api)
-        existing = {p["metadata"]["name"] for p in pods}
+        uid = owner.uid if owner else None
+        client.ensure_service(
+            build_service(request.job_id, self.namespace, self.config, owner), self.api, uid
+        )
+        existing = {p["metadata"]["name"] for p in self._pods(request.job_id, owner)}
         others = len([n for n in existing if n not in {pod_name_for(i) for i in request.node_ids}])
         for position, node_id in enumerate(request.node_ids):
             name = pod_name_for(node_id)
@@ -76,14 +92,10 @@ class KubernetesBackend:
                 owner=owner,
                 name=name,
             )
-            client.create_pod(pod, self.api)
+            client.create_pod(pod, self.api, uid)
 
     def observe(self, job_id: str, attempt: int, node_ids: Sequence[str]) -> AttemptObservation:
-        pods = [
-            p
-            for p in client.list_job_pods(job_id, self.namespace, self.api)
-            if p["metadata"].get("labels", {}).get(LABEL_ATTEMPT) == str(attempt)
-        ]
+        pods = self._pods(job_id, self._owner(job_id), attempt)
         nodes = client.list_node_names(self.api)
         seen = observe_pods(pods, [pod_name_for(n) for n in node_ids], nodes)
         # Report under the controller's node ids; training progress lives in the pods (not read here).
@@ -105,17 +117,17 @@ class KubernetesBackend:
         """Nothing to do: the kubelet enforces grace periods and the provisioner reclaims nodes."""
 
     def stop(self, job_id: str, attempt: int, node_ids: Sequence[str], grace_s: float) -> None:
-        """Delete the pods: the kubelet sends SIGTERM (the notice) and kills after ``grace_s``."""
-        if not node_ids:
-            names = [
-                p["metadata"]["name"]
-                for p in client.list_job_pods(job_id, self.namespace, self.api)
-                if p["metadata"].get("labels", {}).get(LABEL_ATTEMPT) == str(attempt)
-            ]
-        else:
-            names = [pod_name_for(n) for n in node_ids]
-        for name in names:
-            client.delete_pod(name, self.namespace, grace_s=grace_s, api=self.api)
+        """Delete the pods: the kubelet sends SIGTERM (the notice) and kills after ``grace_s``.
+
+        Only the job's own pods (:meth:`_pods`), whatever else carries their names."""
+        pods = self._pods(job_id, self._owner(job_id), None if node_ids else attempt)
+        wanted = {pod_name_for(n) for n in node_ids}
+        for pod in pods:
+            meta = pod["metadata"]
+            if not node_ids or meta["name"] in wanted:
+                client.delete_pod(
+                    meta["name"], self.namespace, grace_s=grace_s, api=self.api, uid=meta.get("uid")
+                )
 
     def log_paths(self, job_id: str) -> list[Path]:
         return []  # pod output is read through the API: client.pod_logs(job_id, namespace)

@@ -15,7 +15,7 @@ from typing import Any
 
 from orchestrator import extras
 from orchestrator.backends.kubernetes.crd import API_VERSION, GROUP, KIND, PLURAL, VERSION
-from orchestrator.backends.kubernetes.manifests import LABEL_JOB
+from orchestrator.backends.kubernetes.manifests import ANNOTATION_JOB, LABEL_JOB, job_label
 from orchestrator.errors import (
     GpuctlError,
     NotFoundError,
@@ -196,52 +196,107 @@ def patch_gpujob_status(name: str, namespace: str, status: dict[str, Any], api: 
     )
 
 
-def list_job_pods(job: str, namespace: str, api: Any | None = None) -> list[dict[str, Any]]:
-    """The job's pods. Filters by label on the client too (some API emulators ignore selectors)."""
+def belongs_to(obj: dict[str, Any], job: str, owner_uid: str | None) -> bool:
+    """Whether a pod or Service is the job's: its job label, and owned by the GPUJob of ``owner_uid``
+    (``None``: a job without a GPUJob, whose objects have no owner)."""
+    meta = obj.get("metadata") or {}
+    if (meta.get("labels") or {}).get(LABEL_JOB) != job_label(job):
+        return False
+    uids = {str(ref.get("uid")) for ref in meta.get("ownerReferences") or []}
+    return owner_uid in uids if owner_uid is not None else not uids
+
+
+def list_job_pods(
+    job: str, namespace: str, api: Any | None = None, owner_uid: str | None = None
+) -> list[dict[str, Any]]:
+    """The job's pods (:func:`belongs_to`; ``owner_uid=None`` also accepts owned pods with the label).
+
+    Filters on the client too: some API emulators ignore selectors."""
     api = api or api_client()
     core = k8s.CoreV1Api(api)
+    label = job_label(job)
     listing = _call(
-        f"list pods of {job}", core.list_namespaced_pod, namespace, label_selector=f"{LABEL_JOB}={job}"
+        f"list pods of {job}", core.list_namespaced_pod, namespace, label_selector=f"{LABEL_JOB}={label}"
     )
     pods = [_dict(api, p) for p in listing.items]
-    return [p for p in pods if (p.get("metadata", {}).get("labels") or {}).get(LABEL_JOB) == job]
+    if owner_uid is not None:
+        return [p for p in pods if belongs_to(p, job, owner_uid)]
+    return [p for p in pods if (p.get("metadata", {}).get("labels") or {}).get(LABEL_JOB) == label]
 
 
-def create_pod(pod: dict[str, Any], api: Any | None = None) -> None:
-    """Create a pod; one of that name that exists already is left alone (idempotent)."""
-    core = _core_api(api)
+def _not_ours(kind: str, name: str, job: str) -> UserError:
+    return UserError(
+        f"a {kind} named {name} already exists and does not belong to job {job}",
+        f"delete or rename that {kind}, or give the job another name",
+    )
+
+
+def create_pod(pod: dict[str, Any], api: Any | None = None, owner_uid: str | None = None) -> None:
+    """Create a pod; one of that name that exists already is fine only if it is the same job's
+    (label and owner uid), else :class:`UserError`: a 409 on someone else's pod is no success."""
+    api = api or api_client()
+    core = k8s.CoreV1Api(api)
     meta = pod["metadata"]
+    name, namespace = meta["name"], meta["namespace"]
+    job = str((meta.get("annotations") or {}).get(ANNOTATION_JOB) or (meta.get("labels") or {}).get(LABEL_JOB, ""))
     try:
-        _call(f"create pod {meta['name']}", core.create_namespaced_pod, meta["namespace"], pod)
+        _call(f"create pod {name}", core.create_namespaced_pod, namespace, pod)
     except UserError as err:
         if "already exists" not in err.what:
             raise
+        existing = _dict(api, _call(f"read pod {name}", core.read_namespaced_pod, name, namespace))
+        if not belongs_to(existing, job, owner_uid):
+            raise _not_ours("pod", name, job) from None
 
 
-def delete_pod(name: str, namespace: str, grace_s: float | None = None, api: Any | None = None) -> None:
-    """Delete a pod; one that is already gone is fine."""
+def delete_pod(
+    name: str,
+    namespace: str,
+    grace_s: float | None = None,
+    api: Any | None = None,
+    uid: str | None = None,
+) -> None:
+    """Delete a pod; one that is already gone is fine. ``uid``: only that very pod (a precondition)."""
     core = _core_api(api)
     kwargs: dict[str, Any] = {}
     if grace_s is not None:
         kwargs["grace_period_seconds"] = int(grace_s)
+    if uid:
+        kwargs["body"] = k8s.V1DeleteOptions(preconditions=k8s.V1Preconditions(uid=uid))
     with suppress(NotFoundError):
         _call(f"delete pod {name}", core.delete_namespaced_pod, name, namespace, **kwargs)
 
 
-def ensure_service(service: dict[str, Any], api: Any | None = None) -> None:
-    """Create the rendezvous Service unless it exists."""
-    core = _core_api(api)
+def ensure_service(service: dict[str, Any], api: Any | None = None, owner_uid: str | None = None) -> None:
+    """Create the rendezvous Service unless the job's exists; another's of that name is an error."""
+    api = api or api_client()
+    core = k8s.CoreV1Api(api)
     meta = service["metadata"]
+    name, namespace = meta["name"], meta["namespace"]
     try:
-        _call(f"create service {meta['name']}", core.create_namespaced_service, meta["namespace"], service)
+        _call(f"create service {name}", core.create_namespaced_service, namespace, service)
     except UserError as err:
         if "already exists" not in err.what:
             raise
+        existing = _dict(api, _call(f"read service {name}", core.read_namespaced_service, name, namespace))
+        job = str(service["metadata"]["annotations"][ANNOTATION_JOB])
+        if not belongs_to(existing, job, owner_uid):
+            raise _not_ours("service", name, job) from None
 
 
-def delete_service(name: str, namespace: str, api: Any | None = None) -> None:
-    core = _core_api(api)
+def delete_service(
+    name: str, namespace: str, api: Any | None = None, job: str | None = None, owner_uid: str | None = None
+) -> None:
+    """Delete a Service; with ``job``, only if it is that job's (:func:`belongs_to`)."""
+    api = api or api_client()
+    core = k8s.CoreV1Api(api)
     with suppress(NotFoundError):
+        if job is not None:
+            existing = _dict(
+                api, _call(f"read service {name}", core.read_namespaced_service, name, namespace)
+            )
+            if not belongs_to(existing, job, owner_uid):
+                return
         _call(f"delete service {name}", core.delete_namespaced_service, name, namespace)
 
 
@@ -265,7 +320,11 @@ def pod_logs(
     """The trainer's output of the job's pods (all, or one node), each block headed by the pod name."""
     api = api or api_client()
     core = k8s.CoreV1Api(api)
-    pods = sorted(list_job_pods(job, namespace, api), key=lambda p: p["metadata"]["name"])
+    try:  # only the GPUJob's own pods, when the job is one
+        owner_uid: str | None = str(get_gpujob(job, namespace, api)["metadata"].get("uid", ""))
+    except NotFoundError:
+        owner_uid = None
+    pods = sorted(list_job_pods(job, namespace, api, owner_uid), key=lambda p: p["metadata"]["name"])
     if node_index is not None:
         pods = [p for p in pods if p["metadata"]["labels"].get("gpuctl.dev/node-index") == str(node_index)]
     if not pods:

@@ -6,6 +6,7 @@ the common node provisioners; the Helm chart passes overrides as JSON (``KubeCon
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -14,6 +15,10 @@ from orchestrator.errors import UserError
 
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_RESOURCE = "nvidia.com/gpu"
+PRICE_CATALOG_ENV = "GPUCTL_PRICE_CATALOG"
+"""A price catalog CSV replacing the built-in prices (the chart's ``priceCatalog``, mounted)."""
+COST_CONFIG_ENV = "GPUCTL_COST_CONFIG"
+"""The operator's cost config (``budgets: {teams: ...}``, the chart's ``budgets``), mounted."""
 
 DEFAULT_GPU_PRODUCTS: dict[str, list[str]] = {
     "H100": ["NVIDIA-H100-80GB-HBM3", "NVIDIA-H100-PCIe", "NVIDIA-H100-NVL"],
@@ -49,6 +54,15 @@ CAPACITY_PROVIDERS: dict[str, CapacityLabels] = {
 }
 
 
+RESTRICTED_SECURITY_CONTEXT: dict[str, Any] = {
+    "runAsNonRoot": True,
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+"""The trainer container's default securityContext (Pod Security Standard "restricted")."""
+
+
 @dataclass(frozen=True)
 class KubeConfig:
     """Settings of the backend and operator; every field can be set from the chart's values."""
@@ -65,6 +79,11 @@ class KubeConfig:
     checkpoint_pvc: str | None = "gpuctl-checkpoints"
     checkpoint_mount: str = "/checkpoints"
     service_account: str | None = None
+    trainer_security_context: dict[str, Any] = field(
+        default_factory=lambda: copy.deepcopy(RESTRICTED_SECURITY_CONTEXT)
+    )
+    """securityContext of every trainer container (the chart's ``trainerSecurityContext``); a job
+    cannot change it. Images must then run as a numeric non-root USER, or this sets ``runAsUser``."""
     regrow_after_s: float = 600.0
     """An elastic job running below ``max`` nodes asks for the missing ones again after this long."""
 

@@ -226,6 +226,10 @@ def status_openapi_schema() -> dict[str, Any]:
             "costUsd": {"type": "number"},
             "observedGeneration": {"type": "integer"},
             "failureReason": {"type": "string"},
+            "user": {
+                "type": "string",
+                "description": "who the job's cost goes to: its namespace, whatever spec.user says",
+            },
             "placement": {
                 "type": "object",
                 "description": "placement of the current attempt",

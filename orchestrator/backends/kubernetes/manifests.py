@@ -1,11 +1,20 @@
 """Pure builders: job spec + placement -> pod manifests (one pod per node) and a headless Service.
 
 Nothing here talks to a cluster; the operator and :class:`KubernetesBackend` send what these return.
+
+Names: a GPUJob's name may be any DNS-1123 subdomain (253 characters, dots allowed, a digit first),
+but a Service name must be a DNS-1035 label (63 characters, a letter first) and a label value at most
+63 characters. :func:`derived_name` keeps ``JOB-SUFFIX`` when it is one, and otherwise cuts and cleans
+the job name and appends 8 hex digits of the SHA-256 of the whole name, so that two jobs never derive
+the same name by sharing a prefix.
 """
 
 from __future__ import annotations
 
+import copy
+import hashlib
 import math
+import re
 import shlex
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +30,8 @@ LABEL_JOB = "gpuctl.dev/job"
 LABEL_ATTEMPT = "gpuctl.dev/attempt"
 LABEL_NODE_INDEX = "gpuctl.dev/node-index"
 LABEL_MANAGED = "app.kubernetes.io/managed-by"
+ANNOTATION_JOB = "gpuctl.dev/job-name"
+"""The whole job name (the job label holds a derived one when the name is too long for a label)."""
 TRAINER = "trainer"
 MONITOR = "monitor"
 SHARED_DIR = "/gpuctl/shared"
@@ -46,24 +57,65 @@ class Owner:
         }
 
 
+DNS_LABEL_MAX = 63
+"""Longest Service name, pod name we derive, and label value."""
+NAME_HASH_CHARS = 8
+_DNS_1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+_LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
+
+
+def name_hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:NAME_HASH_CHARS]
+
+
+def derived_name(job: str, suffix: str = "") -> str:
+    """A DNS-1035 label for ``job`` + ``suffix`` (``suffix``: '' or '-' and letters/digits).
+
+    ``JOB SUFFIX`` itself when it is one; else the job name lowercased, every run of other characters
+    made '-', a letter put first when it starts with none, cut to fit, then '-', 8 hex digits of the
+    SHA-256 of the whole job name, and the suffix: deterministic, and distinct for distinct names."""
+    plain = f"{job}{suffix}"
+    if len(plain) <= DNS_LABEL_MAX and _DNS_1035_LABEL.fullmatch(plain):
+        return plain
+    cleaned = re.sub(r"[^a-z0-9]+", "-", job.lower()).strip("-")
+    if not cleaned[:1].isalpha():
+        cleaned = f"j{cleaned}"
+    room = DNS_LABEL_MAX - len(suffix) - 1 - NAME_HASH_CHARS
+    return f"{cleaned[:room].rstrip('-')}-{name_hash(job)}{suffix}"
+
+
 def service_name(job: str) -> str:
-    return f"{job[:55]}-rdzv"
+    return derived_name(job, "-rdzv")
 
 
 def pod_name(job: str, node_index: int) -> str:
-    return f"{job[:50]}-n{node_index}"
+    return derived_name(job, f"-n{node_index}")
 
 
 def node_hostname(node_index: int) -> str:
     return f"n{node_index}"
 
 
+def job_label(job: str) -> str:
+    """The value of the job label: the job name when it is a valid label value, else a derived name."""
+    if len(job) <= DNS_LABEL_MAX and _LABEL_VALUE.fullmatch(job):
+        return job
+    return derived_name(job)
+
+
 def job_labels(job: str) -> dict[str, str]:
-    return {LABEL_JOB: job, LABEL_MANAGED: "gpuctl"}
+    return {LABEL_JOB: job_label(job), LABEL_MANAGED: "gpuctl"}
 
 
-def _metadata(name: str, namespace: str, labels: dict[str, str], owner: Owner | None) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": labels}
+def _metadata(
+    name: str, namespace: str, job: str, labels: dict[str, str], owner: Owner | None
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "name": name,
+        "namespace": namespace,
+        "labels": labels,
+        "annotations": {ANNOTATION_JOB: job},
+    }
     if owner is not None:
         meta["ownerReferences"] = [owner.reference()]
     return meta
@@ -74,11 +126,11 @@ def build_service(job: str, namespace: str, config: KubeConfig, owner: Owner | N
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _metadata(service_name(job), namespace, job_labels(job), owner),
+        "metadata": _metadata(service_name(job), namespace, job, job_labels(job), owner),
         "spec": {
             "clusterIP": "None",
             "publishNotReadyAddresses": True,
-            "selector": {LABEL_JOB: job},
+            "selector": {LABEL_JOB: job_label(job)},
             "ports": [{"name": "rendezvous", "port": config.rendezvous_port, "protocol": "TCP"}],
         },
     }
@@ -191,6 +243,7 @@ def _monitor_container(job: str, name: str, config: KubeConfig) -> dict[str, Any
         "args": [
             f"--job={job}",
             f"--port={config.monitor_port}",
+            "--addr=0.0.0.0",  # Prometheus scrapes the pod's IP (the monitor defaults to loopback)
             "--cloud=auto",
             f"--notice-file={NOTICE_FILE}",
             # Window summaries go to the container log, where the operator reads them.
@@ -213,6 +266,7 @@ def _monitor_container(job: str, name: str, config: KubeConfig) -> dict[str, Any
             "readOnlyRootFilesystem": True,
             "allowPrivilegeEscalation": False,
             "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
         },
     }
 
@@ -247,9 +301,13 @@ def build_pod(
         "ports": [{"name": "rendezvous", "containerPort": config.rendezvous_port, "protocol": "TCP"}],
         "resources": _trainer_resources(spec),
         "volumeMounts": mounts,
+        # The chart operator's setting (restricted by default); nothing in the job spec changes it.
+        "securityContext": copy.deepcopy(config.trainer_security_context) or None,
     }
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
+        # Training code gets no credentials for the API server.
+        "automountServiceAccountToken": False,
         "hostname": node_hostname(node_index),
         "subdomain": service_name(job),
         "terminationGracePeriodSeconds": math.ceil(spec.checkpoint.notice_grace_seconds),
@@ -266,6 +324,6 @@ def build_pod(
         "gpuctl.dev/market": str(placement.market),
         "gpuctl.dev/node-price-usd-per-hour": f"{placement.node_price_usd_per_hour:g}",
     }
-    meta = _metadata(name, namespace, labels, owner)
-    meta["annotations"] = annotations
+    meta = _metadata(name, namespace, job, labels, owner)
+    meta["annotations"].update(annotations)
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": pod_spec}

@@ -223,7 +223,7 @@ def node_wrapper(request: LaunchRequest, monitor: MonitorSettings) -> str:
     if not monitor.enabled:
         return f'export {contract.ENV_NODE_ID}="$GPUCTL_JOB_ID-$SLURMD_NODENAME"; exec "$@"'
     q = shlex.quote
-    command = [*monitor.command, *monitor.arguments(request.job_id, "0.0.0.0")]
+    command = [*monitor.command, *monitor.arguments(request.job_id, monitor.addr)]
     return _NODE_WITH_MONITOR.format(
         node_id_var=contract.ENV_NODE_ID,
         monitor=" ".join(q(part) for part in command),

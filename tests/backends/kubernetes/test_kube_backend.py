@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -44,19 +45,19 @@ def request(node_ids: list[str]) -> LaunchRequest:
 @pytest.mark.asyncio
 async def test_launch_observe_stop(api: k8s.ApiClient) -> None:
     backend: Backend = KubernetesBackend(KubeConfig(namespace="ml"), api)
-    ids = ["job1-1-N0", "job1-1-N1"]
+    ids = ["job1-a1-n0", "job1-a1-n1"]
     await asyncio.to_thread(backend.launch, request(ids))
     await asyncio.to_thread(backend.launch, request(ids))  # idempotent
     core = k8s.CoreV1Api(api)
     pods = (await asyncio.to_thread(core.list_namespaced_pod, "ml")).items
-    assert sorted(p.metadata.name for p in pods) == ["job1-1-n0", "job1-1-n1"]
+    assert sorted(p.metadata.name for p in pods) == ["job1-a1-n0", "job1-a1-n1"]
 
     await asyncio.to_thread(
-        core.patch_namespaced_pod_status, "job1-1-n0", "ml", {"status": {"phase": "Running"}}
+        core.patch_namespaced_pod_status, "job1-a1-n0", "ml", {"status": {"phase": "Running"}}
     )
     await asyncio.to_thread(
         core.patch_namespaced_pod_status,
-        "job1-1-n1",
+        "job1-a1-n1",
         "ml",
         {"status": {"phase": "Failed", "reason": "Evicted"}},
     )
@@ -73,8 +74,34 @@ async def test_launch_observe_stop(api: k8s.ApiClient) -> None:
 
 
 def test_pod_names_are_dns_labels() -> None:
-    assert pod_name_for("Job_1/Attempt 2.node-0") == "job-1-attempt-2-node-0"
-    assert len(pod_name_for("x" * 100)) == 63
+    assert pod_name_for("job1-a2-n0") == "job1-a2-n0"  # a DNS label already: kept
+    odd = ["Job_1/Attempt 2.node-0", "job_1/attempt 2.node-0", "x" * 100, "x" * 100 + "y", "1job"]
+    names = [pod_name_for(n) for n in odd]
+    for name in names:
+        assert len(name) <= 63 and re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", name), name
+    assert len(set(names)) == len(odd)  # ids that differ only by case or past the cut stay apart
+    assert names[0].startswith("job-1-attempt-2-node-0-") and names == [pod_name_for(n) for n in odd]
+
+
+@pytest.mark.asyncio
+async def test_a_foreign_pod_with_the_name_is_neither_adopted_nor_deleted(api: k8s.ApiClient) -> None:
+    core = k8s.CoreV1Api(api)
+    other_owner = {"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "uid": "someone-else"}
+    labels = {"gpuctl.dev/job": "job1"}  # our label, copied: still not ours
+    meta = {"name": "job1-a1-n0", "namespace": "ml", "labels": labels, "ownerReferences": [other_owner]}
+    foreign = {"metadata": meta}
+    await asyncio.to_thread(core.create_namespaced_pod, "ml", foreign)
+    backend = KubernetesBackend(KubeConfig(namespace="ml"), api)
+    with pytest.raises(UserError, match="job1-a1-n0 already exists and does not belong to job job1"):
+        await asyncio.to_thread(backend.launch, request(["job1-a1-n0"]))
+    seen = await asyncio.to_thread(backend.observe, "job1", 1, ["job1-a1-n0"])
+    assert [n.phase for n in seen.nodes] == [NodePhase.LOST]  # not counted as the job's node
+    await asyncio.to_thread(backend.stop, "job1", 1, ["job1-a1-n0"], 30.0)
+    await asyncio.to_thread(backend.stop, "job1", 1, [], 30.0)
+    pods = (await asyncio.to_thread(core.list_namespaced_pod, "ml")).items
+    assert [(p.metadata.name, p.metadata.owner_references[0].uid) for p in pods] == [
+        ("job1-a1-n0", "someone-else")
+    ]
 
 
 @pytest.mark.asyncio

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
 from typing import Any
 
 import kubernetes_validate
@@ -11,7 +12,13 @@ import pytest
 from orchestrator import contract
 from orchestrator.backends.base import Placement
 from orchestrator.backends.kubernetes.config import KubeConfig
-from orchestrator.backends.kubernetes.manifests import Owner, build_pod, build_service, trainer_argv
+from orchestrator.backends.kubernetes.manifests import (
+    Owner,
+    build_pod,
+    build_service,
+    derived_name,
+    trainer_argv,
+)
 from orchestrator.catalog.offers import MarketKind
 from orchestrator.errors import UserError
 from orchestrator.monitor.app import add_monitor_arguments
@@ -149,6 +156,65 @@ def test_monitor_runs_as_native_sidecar() -> None:
     assert parsed.summary_stdout is True and parsed.summary_file is None  # the operator reads the log
     assert parsed.keep_running is True  # without NVML it keeps polling notices instead of crash-looping
     assert monitor["securityContext"]["readOnlyRootFilesystem"] is True
+    assert parsed.addr == "0.0.0.0"  # Prometheus scrapes the pod IP; the monitor's default is loopback
+
+
+def test_the_trainer_is_locked_down_whatever_the_spec_says() -> None:
+    p = pod(spec(user="someone-else", env={"FOO": "bar", "LD_PRELOAD": "x.so"}))
+    pod_spec = p["spec"]
+    assert pod_spec["automountServiceAccountToken"] is False
+    assert "hostNetwork" not in pod_spec and "hostPID" not in pod_spec and "hostIPC" not in pod_spec
+    assert all(set(v) & {"emptyDir", "persistentVolumeClaim"} for v in pod_spec["volumes"])  # no hostPath
+    trainer = pod_spec["containers"][0]
+    assert trainer["securityContext"] == {
+        "runAsNonRoot": True,
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    assert not any(e["name"].startswith("NVIDIA_") for e in trainer["env"])
+    # The chart operator, not the job, may change it; a pod never shares the config's dict.
+    config = KubeConfig.from_dict({"trainer_security_context": {"runAsNonRoot": True, "runAsUser": 1000}})
+    custom = pod(spec(), config)["spec"]["containers"][0]["securityContext"]
+    assert custom == {"runAsNonRoot": True, "runAsUser": 1000}
+    custom["runAsUser"] = 0
+    assert config.trainer_security_context["runAsUser"] == 1000
+
+
+@pytest.mark.parametrize("job", ["my.job.v1", "1job", "x" * 63, "a" * 59 + "-" + "b" * 190])
+def test_any_gpujob_name_makes_valid_pods_and_service(job: str) -> None:
+    owner = Owner(job, "u-1")
+    svc = build_service(job, "ml", KubeConfig(), owner)
+    kubernetes_validate.validate(svc, KUBE_VERSION, strict=True)
+    assert len(svc["metadata"]["name"]) <= 63 and svc["metadata"]["name"][0].isalpha()
+    for index in (0, 11):
+        built = build_pod(
+            spec(),
+            placement(),
+            job=job,
+            namespace="ml",
+            attempt=1,
+            node_index=index,
+            config=KubeConfig(),
+            owner=owner,
+        )
+        kubernetes_validate.validate(built, KUBE_VERSION, strict=True)
+        meta = built["metadata"]
+        assert len(meta["name"]) <= 63 and meta["name"].endswith(f"-n{index}")
+        assert all(len(v) <= 63 for v in meta["labels"].values())
+        assert meta["annotations"]["gpuctl.dev/job-name"] == job
+        assert built["spec"]["subdomain"] == svc["metadata"]["name"]
+        assert svc["spec"]["selector"]["gpuctl.dev/job"] == meta["labels"]["gpuctl.dev/job"]
+
+
+def test_derived_names_are_deterministic_and_distinct() -> None:
+    prefix = "a" * 60
+    jobs = [prefix + "-x", prefix + "-y", prefix + "-x" * 30, "my.job.v1", "my-job-v1", "1job", "j1job"]
+    for suffix in ("", "-rdzv", "-n0"):
+        names = [derived_name(j, suffix) for j in jobs]
+        assert len(set(names)) == len(jobs) and names == [derived_name(j, suffix) for j in jobs]
+    assert derived_name("llm", "-n0") == "llm-n0"  # a valid name stays readable
+    assert derived_name("my.job.v1") == "my-job-v1-" + hashlib.sha256(b"my.job.v1").hexdigest()[:8]
 
 
 def test_torchrun_uses_the_headless_service_for_rendezvous() -> None:

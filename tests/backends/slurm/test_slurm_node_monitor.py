@@ -48,6 +48,14 @@ def test_rendered_wrapper_quotes_every_value_and_off_keeps_exec(tmp_path: Path) 
     assert "orchestrator.monitor" in env_default
 
 
+def test_node_monitor_listens_on_loopback_unless_told(tmp_path: Path) -> None:
+    req = request(tmp_path)
+    assert "--addr=127.0.0.1" in node_wrapper(req, MonitorSettings.from_env({}))
+    assert "0.0.0.0" not in node_wrapper(req, MonitorSettings.from_env({}))
+    scraped = MonitorSettings.from_env({"GPUCTL_MONITOR_ADDR": "0.0.0.0"})
+    assert "--addr=0.0.0.0" in node_wrapper(req, scraped)
+
+
 def run_node(
     tmp_path: Path, settings: MonitorSettings, argv: list[str]
 ) -> tuple[subprocess.CompletedProcess[str], Path]:

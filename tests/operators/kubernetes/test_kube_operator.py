@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+import yaml
 
 _saved_interval = os.environ.get("GPUCTL_RECONCILE_INTERVAL_S")
 os.environ["GPUCTL_RECONCILE_INTERVAL_S"] = "0.3"  # read when the handlers module is imported
@@ -26,11 +27,12 @@ import kubernetes.client as k8s  # noqa: E402
 from operators.kubernetes import handlers  # noqa: E402  (importing registers the handlers)
 from operators.kubernetes.reconcile import reconcile_job  # noqa: E402
 from orchestrator.backends.kubernetes import client  # noqa: E402
-from orchestrator.backends.kubernetes.config import KubeConfig  # noqa: E402
+from orchestrator.backends.kubernetes.config import COST_CONFIG_ENV, KubeConfig  # noqa: E402
 from orchestrator.backends.kubernetes.crd import GROUP, PLURAL, VERSION  # noqa: E402
 from orchestrator.monitor.samples import read_sample_ticks  # noqa: E402
 from orchestrator.monitor.summary import WindowAggregator, unavailable_record  # noqa: E402
 from orchestrator.state.gpu_usage import NO_NVML_MESSAGE, aggregate, usage_window  # noqa: E402
+from tests.controller.test_admission import OVER_BUDGET_JOB  # noqa: E402
 from tests.operators.kubernetes.fake_pod_logs import FakePodLogs  # noqa: E402
 
 if _saved_interval is None:
@@ -377,3 +379,68 @@ async def test_unreadable_monitor_log_is_read_later_without_losing_windows(clust
     cluster.logs.failing.clear()
     job = await job_when(cluster, "k", lambda st: "gpuUsage" in st)
     assert job["status"]["gpuUsage"] == usage_of({"k-n0": lines})
+
+
+def posted_events(cluster: Cluster, about: str) -> list[dict[str, Any]]:
+    """The Events posted about GPUJob ``about`` (every POST, kept or not: kmock keeps one Event
+    without a name, and kopf lets the server generate the names)."""
+    return [
+        r.data
+        for r in list(cluster.emulator)
+        if r.method == "POST" and r.url.path.endswith("/events")
+        and (r.data or {}).get("involvedObject", {}).get("name") == about
+    ]  # fmt: skip
+
+
+def reads_of(cluster: Cluster, name: str) -> int:
+    return sum(r.method == "GET" and r.url.path.endswith(f"/{PLURAL}/{name}") for r in list(cluster.emulator))
+
+
+async def test_over_budget_gpujob_fails_once_with_one_event(cluster: Cluster) -> None:
+    """The job every backend refuses (tests/controller/test_admission.py), applied straight to the
+    cluster: the operator's admission fails it before any pod, says why once, and leaves it FAILED."""
+    body = gpujob("capped", 1)
+    body["spec"] = {**yaml.safe_load(OVER_BUDGET_JOB), "image": "example.com/train:1"}
+    await cluster.call(cluster.custom.create_namespaced_custom_object, GROUP, VERSION, NS, PLURAL, body)
+
+    job = await job_when(cluster, "capped", lambda st: st.get("state") == "FAILED")
+    status = job["status"]
+    assert status["failureReason"] == "over_budget"
+    assert "above its max_hourly_usd $1.00/h" in status["message"]
+    failed = condition(status, "Failed")
+    assert failed is not None and failed["status"] == "True" and failed["reason"] == "OverBudget"
+
+    async def refusal_events() -> list[dict[str, Any]]:
+        return [e for e in posted_events(cluster, "capped") if "over_budget" in e.get("message", "")]
+
+    [event] = await cluster.wait_for("the refusal's Event", refusal_events)
+    assert event["message"].startswith("FAILED (over_budget): job 'capped' would cost $")
+
+    # Further reconciles (kopf's timer, and one with nothing in memory) leave it as it is.
+    seen = reads_of(cluster, "capped")
+
+    async def reconciled_again() -> bool:
+        return reads_of(cluster, "capped") >= seen + 3
+
+    await cluster.wait_for("three more reconciles", reconciled_again)
+    assert await cluster.call(
+        reconcile_job, "capped", NS, KubeConfig(), datetime.now(UTC), client.api_client_for(cluster.url)
+    ) is None  # fmt: skip
+    assert (await cluster.job("capped"))["status"] == status
+    assert len(await refusal_events()) == 1 and await cluster.pods() == []
+
+
+async def test_team_budget_in_the_cost_config_refuses_at_admission(
+    cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "costs.yaml"
+    config.write_text("budgets: {teams: {vision: 10}}\n")  # the chart's budgets.teams, mounted
+    monkeypatch.setenv(COST_CONFIG_ENV, str(config))
+    body = gpujob("vision-big", 1)  # 8 H100 on spot: more than $10 an hour
+    body["spec"]["team"] = "vision"
+    await cluster.call(cluster.custom.create_namespaced_custom_object, GROUP, VERSION, NS, PLURAL, body)
+    job = await job_when(cluster, "vision-big", lambda st: st.get("state") == "FAILED")
+    assert job["status"]["failureReason"] == "over_budget"
+    assert "team 'vision' has $10.00 left of its $10.00 monthly budget" in job["status"]["message"]
+    await create_job(cluster, "other-team", 1)  # team default: no budget
+    await pods_when(cluster, lambda ps: names(ps) == ["other-team-n0"])

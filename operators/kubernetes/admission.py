@@ -1,0 +1,62 @@
+"""Admission of a GPUJob the operator sees for the first time: the library's :func:`admit`, once.
+
+A GPUJob made with ``kubectl apply`` never met ``gpuctl submit``'s admission, so the operator runs the
+same check before the job's first placement (status without a state, or PENDING). A refused job goes
+FAILED with its ``failureReason``, message and a ``Failed`` condition, and one Event (the reconcile's
+event); FAILED is terminal, so it is never checked again.
+
+Team budgets come from the cost config in ``$GPUCTL_COST_CONFIG`` (the chart's ``budgets``); the
+team's month spend is the cost in the status of its GPUJobs in the same namespace (the operator's
+Role lists GPUJobs only in the namespaces it watches): spend in other namespaces is not counted.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from operators.kubernetes.step import set_condition
+from orchestrator.backends.kubernetes import client
+from orchestrator.backends.kubernetes.config import COST_CONFIG_ENV, PRICE_CATALOG_ENV
+from orchestrator.controller.admission import Refused, admit
+from orchestrator.controller.placement import catalog_candidates
+from orchestrator.costs.budgets import CostConfig, gpujob_month_spent, load_cost_config
+from orchestrator.spec import JobSpec
+from orchestrator.state.status import JobStatus
+
+
+def first_sight(status: Mapping[str, Any]) -> bool:
+    """The job has not been placed yet: no state written, or PENDING."""
+    return status.get("state") in (None, "", str(JobStatus.PENDING))
+
+
+def cost_config() -> CostConfig:
+    path = os.environ.get(COST_CONFIG_ENV)
+    return load_cost_config(path) if path else CostConfig()
+
+
+def admission_refusal(spec: JobSpec, namespace: str, now: datetime, api: Any | None = None) -> Refused | None:
+    """Why the job may not start, or ``None``. API errors propagate (kopf retries the reconcile)."""
+    budget = cost_config().team_budget(spec.team)
+    spent = 0.0
+    if budget is not None:
+        spent = gpujob_month_spent(client.list_gpujobs(namespace, api), spec.team, now)
+    catalog = os.environ.get(PRICE_CATALOG_ENV)
+    decision = admit(spec, lambda s: catalog_candidates(s, catalog), spent, budget)
+    return decision if isinstance(decision, Refused) else None
+
+
+def refused_status(status: Mapping[str, Any], refused: Refused, now: datetime) -> dict[str, Any]:
+    """The GPUJob's status once refused: FAILED with the reason, and a ``Failed`` condition."""
+    text = f"{refused.message} (to fix: {refused.how_to_fix})" if refused.how_to_fix else refused.message
+    failed: dict[str, Any] = {
+        **status,
+        "state": str(JobStatus.FAILED),
+        "failureReason": str(refused.reason),
+        "message": text,
+    }
+    reason = "".join(word.capitalize() for word in str(refused.reason).split("_"))
+    set_condition(failed, "Failed", True, reason, text, now)
+    return failed

@@ -1,0 +1,109 @@
+"""Admission: the one up-front check of a job, before anything is stored (local, SLURM) or created
+(Kubernetes), and when the operator first sees a GPUJob.
+
+The checks, in order, and the failure reason of each refusal:
+
+1. the spec's ``market.policy`` names a known market policy (``invalid_spec``);
+2. its GPU types are known to the backend's placements (``invalid_spec``), and one of them has an
+   offer in the allowed clouds, regions and zones for its market mode (``no_capacity``);
+3. the first placement's price fits ``market.max_hourly_usd``, ``goals.budget_usd`` and the team's
+   money left this month (``over_budget``; see :func:`orchestrator.costs.budgets.check_submission`).
+
+The decision is a value, :class:`Admitted` or :class:`Refused`; callers turn a refusal into an error
+(the CLI) or a FAILED GPUJob (the operator). ``reconcile`` keeps its own checks while a job runs
+(its budget spent, its deadline): admission is only the refusal at the door.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from orchestrator.backends.base import Placement
+from orchestrator.controller.placement import Candidates, NoPlacement
+from orchestrator.costs.budgets import check_submission
+from orchestrator.errors import UserError
+from orchestrator.policies.market import POLICIES
+from orchestrator.spec import JobSpec, MarketMode
+from orchestrator.state.status import FailureReason
+
+
+@dataclass(frozen=True)
+class Admitted:
+    placement: Placement
+    """The placement the job's price was estimated from (its first choice)."""
+    hourly_usd: float
+    """That placement's price for the job's largest node count."""
+
+
+@dataclass(frozen=True)
+class Refused:
+    reason: FailureReason
+    message: str
+    how_to_fix: str
+
+    def error(self) -> UserError:
+        """The refusal as the CLI reports it (exit code 2, "To fix: ...")."""
+        return UserError(self.message, self.how_to_fix)
+
+
+Admission = Admitted | Refused
+
+PlacementSearch = Callable[[JobSpec], Candidates]
+"""Where a spec may run, by the backend's prices: ``candidates_for`` with a SLURM cluster's own
+placements, or the price catalog (``catalog_candidates``). Raises :class:`UserError` for a GPU type it
+does not know and :class:`NoPlacement` when nothing fits the allowed zones."""
+
+
+def policy_refusal(spec: JobSpec) -> Refused | None:
+    """An unknown ``market.policy`` (``gpuctl validate`` checks this too)."""
+    name = spec.market.policy
+    if name is None or name in POLICIES:
+        return None
+    return Refused(
+        FailureReason.INVALID_SPEC,
+        f"job '{spec.name}': unknown market policy '{name}' (market.policy)",
+        f"use one of {', '.join(POLICIES)}, or leave market.policy out for the default",
+    )
+
+
+def first_placement(spec: JobSpec, found: Candidates) -> Placement | None:
+    """Where the job would start: the cheapest spot placement unless it runs on-demand only, and
+    on-demand when spot is not allowed or has no offer and the mode allows the fallback."""
+    spot = found.cheapest_spot if spec.market.mode is not MarketMode.ON_DEMAND else None
+    if spot is not None or spec.market.mode is MarketMode.SPOT:
+        return spot
+    return found.on_demand
+
+
+def admit(
+    spec: JobSpec,
+    search: PlacementSearch,
+    team_month_spent_usd: float,
+    team_budget_usd: float | None,
+) -> Admission:
+    """Admit ``spec`` or say why not; pure given a pure ``search``."""
+    refused = policy_refusal(spec)
+    if refused is not None:
+        return refused
+    try:
+        found = search(spec)
+    except NoPlacement as err:
+        return Refused(FailureReason.NO_CAPACITY, err.what, err.fix or "")
+    except UserError as err:
+        return Refused(FailureReason.INVALID_SPEC, err.what, err.fix or "")
+    first = first_placement(spec, found)
+    if first is None:
+        mode = spec.market.mode
+        return Refused(
+            FailureReason.NO_CAPACITY,
+            f"job '{spec.name}' runs {mode} only, and no {mode} offer of "
+            f"{', '.join(spec.resources.gpu_types)} exists where it may run",
+            "allow spot-with-fallback, more zones or regions, or other GPU types",
+        )
+    hourly = first.node_price_usd_per_hour * spec.resources.max_nodes
+    try:
+        check_submission(spec, hourly, team_month_spent_usd, team_budget_usd)
+    except UserError as err:
+        return Refused(FailureReason.OVER_BUDGET, err.what, err.fix or "")
+    return Admitted(first, hourly)
