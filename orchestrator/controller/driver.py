@@ -136,6 +136,16 @@ class Driver:
         open_segment = state.open_segment
         progress = observation.progress if observation else None
         fresh = bool(progress and progress.time and open_segment and progress.time >= open_segment.started_at)
+        attempt_start = min(
+            (s.started_at for s in state.segments if s.attempt == state.attempt), default=None
+        )
+        attempt_finished = bool(
+            progress
+            and progress.finished
+            and progress.time
+            and attempt_start
+            and progress.time >= attempt_start
+        )
         sizing = state.right_size
         market = self._market_view(
             job, spec, sizing.gpu_type if sizing and sizing.apply else None, state, now
@@ -159,6 +169,7 @@ class Driver:
             open_segment_nodes=open_segment.nodes if open_segment else None,
             progress=progress,
             progress_fresh=fresh,
+            attempt_finished=attempt_finished,
             draining=draining,
             preempted_in_attempt=observed.preempted_in_attempt
             or any(n.notice_at is not None for n in observed.attempt_nodes),

@@ -63,6 +63,9 @@ class JobView:
     progress: Progress | None = None
     progress_fresh: bool = False
     """``progress`` was written after the current segment opened (the new world is training)."""
+    attempt_finished: bool = False
+    """Training wrote its "finished" line during the current attempt: the job's work is done, whatever
+    happened to its nodes since (a stop the controller sent while it was down, say)."""
     draining: bool = False
     """Nodes the controller already ended are still running (saving their emergency checkpoint)."""
     preempted_in_attempt: bool = False
@@ -104,7 +107,11 @@ def reconcile(view: JobView) -> list[Action]:
         return [Transition(S.RECOVERING, "resuming from the newest checkpoint on a new placement")]
     # 5. Placing (first time, after a loss, or to grow): wait for old nodes to save, then pick a market.
     if view.status in (S.PLACING, S.RECOVERING) or (view.status is S.RESCALING and not view.nodes):
-        return [] if view.draining else _place(view)
+        if view.draining:
+            return []
+        if view.attempt_finished:  # finished before the stop that sent it here took effect: never rerun
+            return [*_close(view, "finished"), Transition(S.SUCCEEDED, "training finished")]
+        return _place(view)
     # 6. Running: react to what the nodes did.
     return _follow(view)
 

@@ -3,7 +3,7 @@
     PENDING → PLACING → LAUNCHING → RUNNING → SUCCEEDED
                  ▲          ▲          │  ▲
                  │          │          ▼  │
-                 └── RECOVERING ◀── PREEMPTED     RUNNING ⇄ RESCALING → LAUNCHING (to grow)
+                 └── RECOVERING ◀── PREEMPTED     LAUNCHING | RUNNING ⇄ RESCALING → LAUNCHING (to grow)
     any non-terminal state → FAILED(reason) | CANCELLED
 
 Every change goes through :func:`check_transition`; an illegal one is a gpuctl bug and raises.
@@ -52,12 +52,14 @@ TERMINAL = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED
 _S = JobStatus
 ALLOWED_TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
     _S.PENDING: frozenset({_S.PLACING}),
-    _S.PLACING: frozenset({_S.LAUNCHING, _S.RECOVERING}),
-    _S.LAUNCHING: frozenset({_S.RUNNING, _S.PREEMPTED, _S.RECOVERING, _S.SUCCEEDED}),
+    _S.PLACING: frozenset({_S.LAUNCHING, _S.RECOVERING, _S.SUCCEEDED}),
+    # RESCALING: an elastic job that loses a node before its first progress line goes on with fewer
+    _S.LAUNCHING: frozenset({_S.RUNNING, _S.PREEMPTED, _S.RECOVERING, _S.RESCALING, _S.SUCCEEDED}),
     _S.RUNNING: frozenset({_S.SUCCEEDED, _S.PREEMPTED, _S.RESCALING, _S.RECOVERING}),
     _S.RESCALING: frozenset({_S.RUNNING, _S.LAUNCHING, _S.PREEMPTED, _S.RECOVERING, _S.SUCCEEDED}),
     _S.PREEMPTED: frozenset({_S.RECOVERING}),
-    _S.RECOVERING: frozenset({_S.PLACING, _S.LAUNCHING}),
+    # SUCCEEDED from PLACING/RECOVERING: training had finished when its nodes were stopped or lost
+    _S.RECOVERING: frozenset({_S.PLACING, _S.LAUNCHING, _S.SUCCEEDED}),
     _S.SUCCEEDED: frozenset(),
     _S.FAILED: frozenset(),
     _S.CANCELLED: frozenset(),

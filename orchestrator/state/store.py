@@ -9,9 +9,11 @@ to gpuctl's are :mod:`orchestrator.state.database`'s.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
 import sqlite3
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -67,9 +69,24 @@ class JobStore:
         self.read_only = read_only
         self.path = self.home / "gpuctl.db"
         database.prepare(self.home, self.path, read_only)
+        self._local = threading.local()
 
     def _connect(self) -> sqlite3.Connection:
-        return database.connect(self.path, self.read_only)
+        """This thread's connection, opened once: opening and closing one per query cost most of a
+        controller tick (closing the last WAL connection checkpoints the file)."""
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = database.connect(self.path, self.read_only)
+            self._local.conn = conn
+        return conn
+
+    def _drop_connection(self) -> None:
+        """After an error, the next use opens a fresh connection."""
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        self._local.conn = None
+        if conn is not None:
+            with contextlib.suppress(sqlite3.Error):
+                conn.close()
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
@@ -79,29 +96,27 @@ class JobStore:
             raise InternalError(f"a write to the job store {self.path}, opened read-only")
         conn = self._connect()
         try:
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.Error as exc:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            self._drop_connection()
+            raise database.store_error(exc, self.path) from exc
+        try:
+            yield conn
+            conn.execute("COMMIT")
+        except BaseException as exc:
+            database.rollback_quietly(conn)
+            if isinstance(exc, sqlite3.Error):
+                self._drop_connection()
                 raise database.store_error(exc, self.path) from exc
-            try:
-                yield conn
-                conn.execute("COMMIT")
-            except BaseException as exc:
-                database.rollback_quietly(conn)
-                if isinstance(exc, sqlite3.Error):
-                    raise database.store_error(exc, self.path) from exc
-                raise
-        finally:
-            conn.close()
+            raise
 
     def _query(self, sql: str, args: Sequence[Any] = ()) -> list[sqlite3.Row]:
         conn = self._connect()
         try:
             return list(conn.execute(sql, args))
         except sqlite3.Error as exc:
+            self._drop_connection()
             raise database.store_error(exc, self.path) from exc
-        finally:
-            conn.close()
 
     def job_dir(self, job_id: str) -> Path:
         """The job's folder (created 0700 by a writer: its files may hold the job's secrets)."""

@@ -7,7 +7,7 @@ Every place where the controller writes state and then acts (or acts and then wr
 what it committed is on disk, what it had not committed is rolled back, and a test starts a new
 controller on the same store and world, as a supervisor would.
 
-    plan = CrashPlan(every=5)
+    plan = CrashPlan(gaps=(3, 5, 7, 11))
     store = CrashingStore(home, plan)            # boundaries: before and after each commit
     backend = CrashingBackend(SimulatedBackend(), plan)  # before and after each launch and stop
 """
@@ -32,12 +32,16 @@ class ControllerCrash(BaseException):
 
 
 class CrashPlan:
-    """Crash at boundary numbers ``at``, or at every ``every``-th boundary passed (offset ``first``)."""
+    """Where to crash: at boundary numbers ``at``, and from ``first`` on, again after each gap of
+    ``gaps`` in turn (cycled). Gaps that vary keep crashes from falling on the same step of every
+    tick, which a fixed period can do (a tick that passes a multiple of it boundaries would never end).
+    """
 
-    def __init__(self, at: Sequence[int] = (), every: int | None = None, first: int = 0) -> None:
+    def __init__(self, at: Sequence[int] = (), gaps: Sequence[int] = (), first: int = 0) -> None:
         self.at = set(at)
-        self.every = every
-        self.first = first
+        self.gaps = tuple(gaps)
+        self._next = first if self.gaps else None
+        self._gap_index = 0
         self.passed = 0
         self.crashes: Counter[str] = Counter()
         """Boundary kind -> crashes injected there."""
@@ -51,12 +55,16 @@ class CrashPlan:
         number = self.passed
         self.passed += 1
         self.seen[kind] += 1
-        due = number in self.at or (
-            self.every is not None and number >= self.first and (number - self.first) % self.every == 0
-        )
+        due = number in self.at
+        if self._next is not None and number == self._next:
+            due = True
+            self._next += self.gaps[self._gap_index % len(self.gaps)]
+            self._gap_index += 1
         if due:
             self.crashes[kind] += 1
-            raise ControllerCrash(f"injected crash #{sum(self.crashes.values())} at {kind} (boundary {number})")
+            raise ControllerCrash(
+                f"injected crash #{sum(self.crashes.values())} at {kind} (boundary {number})"
+            )
 
 
 class CrashingStore(JobStore):

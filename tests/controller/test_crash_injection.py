@@ -1,8 +1,9 @@
 """Crash safety proven by injection: the controller dies at every kind of write→effect boundary.
 
 200 jobs run on the simulated backend (no processes, no sleeps, a fake clock) with reclaims, lost
-nodes of elastic jobs (rescale and growth), failing training and cancels. The controller is killed at
-every 7th boundary it passes (before and after each commit, launch and stop); the simulated world
+nodes of elastic jobs (rescale and growth), failing training and cancels. The controller is killed
+again and again at the boundaries it passes (before and after each commit, launch and stop; the
+gaps between crashes cycle through 17 to 41 boundaries, odd and even (boundaries come in before/after pairs), a fixed schedule); the simulated world
 goes on for a round while it is down (attempts end, the market acts), and a new controller with no
 memory takes over the same store. Afterwards every job has ended once, in the state its script
 implies, every node was started exactly once, no training finished twice, nothing still runs, and
@@ -34,7 +35,14 @@ from orchestrator.testing import (
 )
 
 ROUND_S = 10.0
-BOUNDARY_KINDS = {"before commit", "after commit", "before launch", "after launch", "before stop", "after stop"}
+BOUNDARY_KINDS = {
+    "before commit",
+    "after commit",
+    "before launch",
+    "after launch",
+    "before stop",
+    "after stop",
+}
 
 
 def _scenario(index: int) -> tuple[str, SimScript, int | None]:
@@ -47,7 +55,7 @@ def _scenario(index: int) -> tuple[str, SimScript, int | None]:
     if kind == 3:
         return "nodes: 2", SimScript(steps=4, fail_at_step=2), None
     if kind == 4:
-        return "nodes: 2", SimScript(steps=50), 3 + index % 7
+        return "nodes: 2", SimScript(steps=100_000), 3 + index % 7  # runs until cancelled
     return "nodes: 2", SimScript(steps=4), None
 
 
@@ -63,7 +71,9 @@ def _submit(store: JobStore, world: SimulatedBackend, clock: FakeClock, count: i
     return cancels
 
 
-def _run(tmp_path: Path, jobs: int, plan: CrashPlan, max_rounds: int = 200) -> tuple[JobStore, SimulatedBackend, dict[str, int | None], int]:
+def _run(
+    tmp_path: Path, jobs: int, plan: CrashPlan, max_rounds: int = 200
+) -> tuple[JobStore, SimulatedBackend, dict[str, int | None], int]:
     clock = FakeClock()
     world = SimulatedBackend(clock)
     store = CrashingStore(tmp_path / "home", plan)
@@ -110,7 +120,9 @@ def _check_every_invariant(store: JobStore, world: SimulatedBackend, cancels: di
         recorded = {n.node_id for n in store.nodes(job.id)}
         started = {n for n, node in world.nodes.items() if node.job_id == job.id}
         assert started <= recorded, (job.id, "a node ran that the store does not know")
-    assert all(count == 1 for count in world.starts.values()), {n: c for n, c in world.starts.items() if c != 1}
+    assert all(count == 1 for count in world.starts.values()), {
+        n: c for n, c in world.starts.items() if c != 1
+    }
     assert not [n for n, node in world.nodes.items() if not node.phase.ended], "nodes still running"
     ledger = read_ledger(store)
     end = max(s.ended_at or s.started_at for s in ledger.segments)
@@ -130,17 +142,23 @@ def test_without_crashes_every_scenario_ends_as_scripted(tmp_path: Path) -> None
     assert [s.nodes for s in elastic.segments][:2] == [2, 1], "lost a node, continued on one"
 
 
-def test_crash_at_every_seventh_boundary_loses_nothing_and_runs_nothing_twice(tmp_path: Path) -> None:
-    plan = CrashPlan(every=7, first=3)
+GAPS = (17, 22, 29, 30, 37, 26, 41, 34)
+"""Boundaries between two crashes, in turn: a tick passes about six, so a crash every few ticks."""
+
+
+def test_hundreds_of_crashes_at_every_kind_of_boundary_lose_nothing_and_run_nothing_twice(
+    tmp_path: Path,
+) -> None:
+    plan = CrashPlan(gaps=GAPS, first=3)
     store, world, cancels, restarts = _run(tmp_path, 200, plan)
     assert restarts >= 100
     assert set(plan.crashes) == BOUNDARY_KINDS, plan.crashes  # every kind of boundary was hit
     _check_every_invariant(store, world, cancels)
 
 
-@pytest.mark.parametrize("offset", range(7))
-def test_every_boundary_of_a_small_run_once(tmp_path: Path, offset: int) -> None:
-    """Seven small runs, crashing at every 7th boundary from a different first one each time."""
-    plan = CrashPlan(every=7, first=offset)
+@pytest.mark.parametrize("first", range(12))
+def test_each_early_boundary_of_a_small_run(tmp_path: Path, first: int) -> None:
+    """Twelve small runs, the first crash at boundary 0, 1, ... 11 (every boundary of the first ticks)."""
+    plan = CrashPlan(gaps=GAPS, first=first)
     store, world, cancels, _ = _run(tmp_path, 10, plan)
     _check_every_invariant(store, world, cancels)

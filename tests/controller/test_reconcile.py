@@ -254,3 +254,15 @@ def test_an_elastic_node_lost_after_training_finished_is_not_a_rescale() -> None
     v = view("resources: {nodes: {min: 1, max: 2}}\n", status=S.RUNNING, attempt=1, placement=SPOT,
              nodes=nodes, open_segment_nodes=2, progress=FINISHED, progress_fresh=True)  # fmt: skip
     assert reconcile(v) == []
+
+
+def test_training_that_finished_before_a_stop_took_effect_is_not_placed_again() -> None:
+    """The controller decided to grow (or move) the job and stopped its nodes, but training finished
+    first, while the controller was down: the job succeeded; placing it again would run it twice."""
+    for status in (S.RESCALING, S.RECOVERING):
+        v = view("resources: {nodes: {min: 1, max: 2}}\n", status=status, attempt=1, placement=SPOT,
+                 progress=FINISHED, attempt_finished=True)  # fmt: skip
+        actions = reconcile(v)
+        assert targets(actions) == [S.SUCCEEDED]
+        assert not [a for a in actions if isinstance(a, StartAttempt)]
+    assert targets(reconcile(replace(v, attempt_finished=False))) == [S.LAUNCHING]
