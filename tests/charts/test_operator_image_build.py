@@ -8,7 +8,7 @@ index. Storage is the vfs driver and RUN steps use chroot isolation: both work a
 without overlay mounts or a usable cgroup hierarchy (crun refuses hybrid cgroups there, so
 ``podman run`` cannot start the image; ``buildah run --isolation chroot`` can).
 
-About 5 minutes on 2 cores, most of it debootstrap; needs root, ``buildah`` and ``debootstrap``.
+About 2 to 4 minutes on 2 busy cores, debootstrap the longest part; needs root, ``buildah`` and ``debootstrap``.
 """
 
 from __future__ import annotations
