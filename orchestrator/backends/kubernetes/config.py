@@ -10,8 +10,13 @@ import copy
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from orchestrator import __version__
 from orchestrator.catalog.offers import MarketKind
 from orchestrator.errors import UserError
+
+IMAGE_REPOSITORY = "ghcr.io/gpuctl/gpuctl"
+GPUCTL_IMAGE = f"{IMAGE_REPOSITORY}:{__version__}"
+"""The image built from the repository's Containerfile (operator, monitor sidecar, CLI); the chart's default."""
 
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -72,8 +77,8 @@ class KubeConfig:
     gpu_products: dict[str, list[str]] = field(default_factory=lambda: dict(DEFAULT_GPU_PRODUCTS))
     gpu_products_extra: dict[str, list[str]] = field(default_factory=dict)
     """Entries merged over ``gpu_products`` (the chart's ``gpuProducts`` value)."""
-    default_image: str = "ghcr.io/gpuctl/gpuctl:0.1.0"
-    monitor_image: str = "ghcr.io/gpuctl/gpuctl:0.1.0"
+    default_image: str = GPUCTL_IMAGE
+    monitor_image: str = GPUCTL_IMAGE
     monitor_port: int = 9400
     rendezvous_port: int = 29400
     checkpoint_pvc: str | None = "gpuctl-checkpoints"
