@@ -9,7 +9,7 @@ import pytest
 
 from orchestrator.backends.secrets import launch_env, read_secrets_file, reference_values
 from orchestrator.errors import UserError
-from orchestrator.spec.env import FromEnv, SecretRef
+from orchestrator.spec.env import EnvReference, FromEnv, SecretRef
 
 VALUE = "s3cr3t-VALUE-123"
 
@@ -25,7 +25,7 @@ def secrets_file(home: Path, name: str, text: str, mode: int = 0o600) -> Path:
 
 def test_references_are_read_from_the_file_and_the_environment(tmp_path: Path) -> None:
     secrets_file(tmp_path, "hf", f"token: {VALUE}\nother: 'x: #y'\n")
-    env = {
+    env: dict[str, str | EnvReference] = {
         "PLAIN": "p",
         "HF_TOKEN": SecretRef(secret="hf", key="token"),
         "OTHER": SecretRef(secret="hf", key="other"),

@@ -4,6 +4,7 @@ attempt is launched; nothing starts when it cannot be read. (The node processes 
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -49,7 +50,7 @@ def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> JobStore:
     (home / "secrets" / "hf").chmod(0o600)
     monkeypatch.setenv("MY_WANDB", "wandb-from-env")
     monkeypatch.setattr(local.LocalBackend, "_ensure_rendezvous", lambda *_: 29400)
-    monkeypatch.setattr(local.subprocess, "Popen", CapturedPopen)
+    monkeypatch.setattr(subprocess, "Popen", CapturedPopen)
     CapturedPopen.started = []
     return store
 
