@@ -26,6 +26,7 @@ from orchestrator.backends.kubernetes.manifests import (
     Owner,
     build_pod,
     build_service,
+    check_kube_env,
     derived_name,
     service_name,
 )
@@ -59,10 +60,12 @@ def job_spec(name: str, namespace: str, spec: Mapping[str, Any]) -> JobSpec:
     default_name = name if re.fullmatch(NAME_PATTERN, name) else derived_name(name)
     data = {"name": default_name, **dict(spec), "user": namespace}
     try:
-        return JobSpec.model_validate(data)
+        job = JobSpec.model_validate(data)
     except ValidationError as exc:
         problems = [f"spec.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]
         raise SpecError(f"GPUJob {namespace}/{name}", problems) from None
+    check_kube_env(job, f"GPUJob {namespace}/{name}")  # from_env: only secretKeyRef reaches pods
+    return job
 
 
 def failed_status(status: Mapping[str, Any], reason: str, message: str, now: datetime) -> dict[str, Any]:

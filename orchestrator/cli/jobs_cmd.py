@@ -23,6 +23,7 @@ from orchestrator.backends.slurm.config import CONFIG_ENV as SLURM_CONFIG_ENV
 from orchestrator.backends.slurm.placements import own_placements
 from orchestrator.cli import kube_jobs, slurm_cmd
 from orchestrator.cli.output import add_output_option, print_json
+from orchestrator.cli.secret_checks import check_references_now, warn_plain_secrets
 from orchestrator.cli.status_document import local_document
 from orchestrator.cli.views import live_table, print_jobs, print_status, summary_lines
 from orchestrator.controller.admission import Refused, admit
@@ -166,6 +167,7 @@ def run_submit(args: argparse.Namespace) -> int:
     now = datetime.now(UTC)
     spec = load_spec_file(args.file, now=now)
     costs = load_cost_config(home_dir() / "config.yaml")
+    warn_plain_secrets(spec)
     if args.backend == "kubernetes":
         return kube_jobs.submit(spec, args.namespace, args.detach, costs.team_budget(spec.team), now)
     _use_cluster_config(args)
@@ -177,6 +179,8 @@ def run_submit(args: argparse.Namespace) -> int:
     if isinstance(decision, Refused):
         raise decision.error()
     backend.own_placements(spec)  # SLURM: the preflight (partitions and GRES types exist, via sinfo)
+    lock = ControllerLock(store.home, args.backend)
+    check_references_now(spec, controller_elsewhere=lock.held_elsewhere())  # secrets files, from_env
     deadline = parse_deadline(spec.goals.deadline, now) if spec.goals.deadline else None
     options: dict[str, Any] = {"market": _market_options(args)}
     source = args.monitor_source or os.environ.get(monitoring.ENV_SOURCE)
@@ -186,7 +190,6 @@ def run_submit(args: argparse.Namespace) -> int:
         name=spec.name, user=spec.user, team=spec.team, backend=args.backend, spec_json=spec.model_dump_json(),
         deadline=deadline, now=now, options=options,
     )  # fmt: skip
-    lock = ControllerLock(store.home, args.backend)
     if args.detach:
         if not lock.held_elsewhere():
             spawn_background_controller(store.home, args.backend)

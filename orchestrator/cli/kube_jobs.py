@@ -14,6 +14,7 @@ from typing import Any
 
 from orchestrator.backends.kubernetes import client
 from orchestrator.backends.kubernetes.config import PRICE_CATALOG_ENV
+from orchestrator.backends.kubernetes.manifests import check_kube_env
 from orchestrator.cli.output import usd
 from orchestrator.cli.status_document import kubernetes_document
 from orchestrator.cli.views import print_jobs, print_status
@@ -66,6 +67,7 @@ def submit(
     now: datetime | None = None,
     poll_s: float = 2.0,
 ) -> int:
+    check_kube_env(spec, f"job '{spec.name}'")  # from_env cannot reach pods
     admit_gpujob(spec, namespace, team_budget_usd, now or datetime.now(UTC))
     client.create_gpujob(spec, namespace)
     name = spec.name  # the GPUJob is named after the job

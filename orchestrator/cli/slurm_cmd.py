@@ -15,6 +15,7 @@ from orchestrator.backends.slurm import (
     status_from_slurm,
 )
 from orchestrator.backends.slurm.placements import request_for
+from orchestrator.cli.secret_checks import check_references_now, warn_plain_secrets
 from orchestrator.cli.status_document import slurm_document
 from orchestrator.cli.views import print_status
 from orchestrator.home import home_dir
@@ -38,6 +39,7 @@ def register(sub: Any) -> None:
 
 def run_sbatch(args: argparse.Namespace) -> int:
     spec = load_spec_file(args.file)
+    warn_plain_secrets(spec)
     workdir = Path(spec.workdir)
     if not workdir.is_absolute():  # relative to the job file, wherever gpuctl runs
         spec = spec.model_copy(update={"workdir": str((Path(args.file).parent / workdir).resolve())})
@@ -52,6 +54,7 @@ def run_sbatch(args: argparse.Namespace) -> int:
         print("# " + shlex.join(["sbatch", "--parsable", *batch.sbatch_args]) + " < script")
         print(batch.script)
         return 0
+    check_references_now(spec)  # sbatch gets the values in its environment, the script never
     backend.launch(request)
     job = backend.find(job_id)
     slurm_id = job.job_id if job else "?"

@@ -6,6 +6,7 @@ import argparse
 import json
 from typing import Any
 
+from orchestrator.cli.secret_checks import warn_plain_secrets
 from orchestrator.controller.admission import policy_refusal
 from orchestrator.spec import job_spec_json_schema, load_spec_file
 
@@ -32,6 +33,7 @@ def run_validate(args: argparse.Namespace) -> int:
     if refused is not None:
         raise refused.error()
     if not args.quiet:
+        warn_plain_secrets(spec)  # references print as references: validate never shows a secret
         print(f"{args.file}: valid job spec '{spec.name}'")
         print(json.dumps(spec.to_dict(), indent=2))
     return 0

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ValidationError
 
 from orchestrator.errors import NotFoundError, SpecError
 from orchestrator.spec.durations import parse_deadline
+from orchestrator.spec.env import REFERENCE_MODELS
 from orchestrator.spec.limits import shown
 from orchestrator.spec.model import JobSpec
 
@@ -237,13 +238,19 @@ def _describe(err: Any, lines: dict[Path_, int]) -> str:
     kind = err["type"]
     if kind == "extra_forbidden":
         name = str(loc[-1])
-        parent = _model_at(loc[:-1])
+        tags = [p for p in err["loc"] if p in REFERENCE_MODELS]  # env values' references
+        parent = REFERENCE_MODELS[str(tags[-1])] if tags else _model_at(loc[:-1])
         valid = sorted(parent.model_fields) if parent else []
         close = difflib.get_close_matches(name[:100], valid, n=1)
         hint = f"did you mean '{close[0]}'? " if close else ""
         return f"{field}{where}: unknown field. To fix: {hint}valid fields here are {', '.join(valid)}"
     if kind == "missing":
         return f"{field}{where}: required field is missing. To fix: add '{loc[-1]}:' to the spec"
+    if loc[:1] == ("env",) and len(loc) == 2 and kind == "string_type":
+        return (
+            f"{field}{where}: an env value must be text, {{secret: NAME, key: KEY}} or {{from_env: VARIABLE}}. "
+            "To fix: quote numbers and booleans ('1', 'true'), or write a reference"
+        )
     msg = str(err["msg"]).removeprefix("Value error, ")
     if kind == "value_error" and "; " in msg:  # our validators say "what is wrong; how to fix it"
         what, fix = msg.rsplit("; ", 1)
@@ -279,7 +286,17 @@ def _fix_for(kind: str, err: Any) -> str:
 
 
 _TYPE_TAG = re.compile(r"[a-z][a-z-]*\[.+\]")
-_MODEL_NAMES = {"NodeRange", "Resources", "Market", "Goals", "Checkpoint", "Recovery", "Policies", "JobSpec"}
+_MODEL_NAMES = {
+    *REFERENCE_MODELS,
+    "NodeRange",
+    "Resources",
+    "Market",
+    "Goals",
+    "Checkpoint",
+    "Recovery",
+    "Policies",
+    "JobSpec",
+}
 
 
 def _is_union_tag(part: str | int) -> bool:

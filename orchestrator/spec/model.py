@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import getpass
 import os
-import re
 import shlex
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any
@@ -26,6 +26,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from orchestrator.spec.durations import parse_deadline, parse_duration
+from orchestrator.spec.env import ENV_NAME, EnvReference, EnvValue
 from orchestrator.spec.limits import (
     MAX_COMPUTE_HOURS,
     MAX_COUNT,
@@ -62,7 +63,7 @@ DEVICE_ENV_PREFIXES = ("NVIDIA_",)
 sets them from the GPUs the job was given, never the job's ``env``."""
 
 
-def device_env_names(env: dict[str, str]) -> list[str]:
+def device_env_names(env: Mapping[str, object]) -> list[str]:
     """The names in ``env`` that select devices (:data:`DEVICE_ENV_NAMES`, ``NVIDIA_*``), any case."""
     return [k for k in env if k.upper() in DEVICE_ENV_NAMES or k.upper().startswith(DEVICE_ENV_PREFIXES)]
 
@@ -257,7 +258,14 @@ class JobSpec(_Strict):
         Field(description="script and arguments, run once per node under torchrun: 'train.py --lr 0.1'"),
     ]
     workdir: Line = "."
-    env: Annotated[dict[str, Text], Field(max_length=MAX_LIST_ITEMS * 4)] = {}
+    env: Annotated[
+        dict[str, EnvValue],
+        Field(
+            max_length=MAX_LIST_ITEMS * 4,
+            description="environment variables of the training processes: a value, "
+            "{secret: NAME, key: KEY} or {from_env: VARIABLE} (read at launch time, never stored)",
+        ),
+    ] = {}
     setup: Text | None = Field(default=None, description="shell commands run once per node before training")
     image: Line | None = Field(default=None, description="container image (Kubernetes)")
     resources: Resources = Resources()
@@ -283,9 +291,9 @@ class JobSpec(_Strict):
 
     @field_validator("env")
     @classmethod
-    def _env_names(cls, v: dict[str, str]) -> dict[str, str]:
+    def _env_names(cls, v: dict[str, str | EnvReference]) -> dict[str, str | EnvReference]:
         for key in v:
-            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+            if not ENV_NAME.fullmatch(key):
                 raise ValueError(
                     f"{shown(key)} is not a valid environment variable name; "
                     "use letters, digits and '_', not starting with a digit"
@@ -294,7 +302,7 @@ class JobSpec(_Strict):
 
     @field_validator("env")
     @classmethod
-    def _no_device_env(cls, v: dict[str, str]) -> dict[str, str]:
+    def _no_device_env(cls, v: dict[str, str | EnvReference]) -> dict[str, str | EnvReference]:
         names = device_env_names(v)
         if names:
             raise ValueError(

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from orchestrator.backends.base import LaunchRequest, Placement
 from orchestrator.backends.kubernetes.config import KubeConfig
-from orchestrator.backends.kubernetes.manifests import build_pod
+from orchestrator.backends.kubernetes.manifests import build_pod, kube_env_problems
 from orchestrator.backends.monitoring import MonitorSettings
 from orchestrator.backends.slurm import SlurmClusterConfig, render_batch_job
 from orchestrator.catalog.offers import MarketKind
@@ -76,6 +76,9 @@ scalars = st.one_of(
 durations = st.builds(
     lambda n, unit: f"{n}{unit}", st.integers(0, 10**12), st.sampled_from(["", "s", "m", "h", "d"])
 )
+env_references = st.fixed_dictionaries(
+    {"secret": st.sampled_from(["hf", "a.b", "Bad_", "..", ""]), "key": st.sampled_from(["token", "a/b"])}
+) | st.fixed_dictionaries({"from_env": st.sampled_from(["HF_TOKEN", "1x", ""])})
 plausible = st.one_of(
     st.integers(0, 5000),
     st.floats(min_value=0, max_value=1e10),
@@ -83,7 +86,11 @@ plausible = st.one_of(
     st.text(st.characters(codec="utf-8"), max_size=12),
     st.lists(st.text(st.characters(codec="utf-8"), min_size=1, max_size=8), min_size=1, max_size=3),
     st.fixed_dictionaries({"min": st.integers(0, 5000), "max": st.integers(0, 5000)}),
-    st.dictionaries(st.from_regex(r"[A-Z_][A-Z0-9_]{0,6}", fullmatch=True), st.text(max_size=8), max_size=3),
+    st.dictionaries(
+        st.from_regex(r"[A-Z_][A-Z0-9_]{0,6}", fullmatch=True),
+        st.text(max_size=8) | env_references,
+        max_size=3,
+    ),
 )
 values = st.recursive(
     scalars,
@@ -142,6 +149,10 @@ def check(text: str) -> None:
     kube = KubeConfig(
         gpu_products={t: ["NVIDIA-TEST"] for t in (*spec.resources.gpu_types, PLACEMENT.gpu_type)}
     )
+    if kube_env_problems(spec):  # from_env cannot reach a pod: refused clearly
+        with pytest.raises(SpecError, match="To fix"):
+            build_pod(spec, PLACEMENT, job="fuzz-1", namespace="ns", attempt=1, node_index=0, config=kube)
+        return
     pod = build_pod(spec, PLACEMENT, job="fuzz-1", namespace="ns", attempt=1, node_index=0, config=kube)
     yaml.safe_dump(pod).encode("utf-8")
 

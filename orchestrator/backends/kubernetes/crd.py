@@ -5,7 +5,8 @@ One source of truth: ``spec`` of a GPUJob is the job spec, and its OpenAPI schem
 
 - ``$ref`` to ``$defs`` are inlined;
 - ``X | None`` becomes ``X`` with ``nullable: true``;
-- unions Kubernetes cannot type (``int | NodeRange``, ``str | list[str]``) become
+- unions Kubernetes cannot type (``int | NodeRange``, ``str | list[str]``, an ``env`` value: text or a
+  secret reference; ``anyOf`` or ``oneOf``) become
   ``x-kubernetes-preserve-unknown-fields`` (the operator validates them with the pydantic model);
 - ``additionalProperties: false``, ``title`` and JSON-Schema-only keywords are dropped, and the draft
   2020-12 numeric ``exclusiveMinimum`` becomes OpenAPI 3.0's ``minimum`` + ``exclusiveMinimum: true``.
@@ -81,8 +82,9 @@ def to_structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
     """Convert one JSON Schema node (pydantic's output) into a structural OpenAPI v3 schema node."""
     node = _resolve(node, defs)
     out: dict[str, Any] = {}
-    if "anyOf" in node:
-        branches = [_resolve(b, defs) for b in node["anyOf"]]
+    union = node.get("anyOf", node.get("oneOf"))  # oneOf: a tagged union, such as an env value
+    if union is not None:
+        branches = [_resolve(b, defs) for b in union]
         typed = [b for b in branches if b.get("type") != "null"]
         if len(typed) < len(branches):
             out["nullable"] = True
@@ -95,7 +97,7 @@ def to_structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
             kinds = " or ".join(str(b.get("type", "value")) for b in typed)
             out["description"] = f"one of: {kinds}"
     for key, value in node.items():
-        if key in _DROPPED_KEYS or key == "anyOf" or key == "$ref":
+        if key in _DROPPED_KEYS or key in ("anyOf", "oneOf", "$ref"):
             continue
         if key == "properties":
             out["properties"] = {name: to_structural(sub, defs) for name, sub in value.items()}

@@ -24,7 +24,9 @@ from orchestrator.backends.base import Placement
 from orchestrator.backends.kubernetes.config import GPU_PRODUCT_LABEL, GPU_RESOURCE, KubeConfig
 from orchestrator.backends.kubernetes.crd import API_VERSION, KIND
 from orchestrator.catalog.offers import MarketKind
+from orchestrator.errors import InternalError, SpecError
 from orchestrator.spec import JobSpec, parse_duration
+from orchestrator.spec.env import FromEnv, SecretRef
 
 LABEL_JOB = "gpuctl.dev/job"
 LABEL_ATTEMPT = "gpuctl.dev/attempt"
@@ -164,7 +166,35 @@ def checkpoint_dir(spec: JobSpec, job: str, config: KubeConfig) -> str:
     return f"{config.checkpoint_mount}/{job}"
 
 
-def _env(spec: JobSpec, job: str, attempt: int, name: str, config: KubeConfig) -> list[dict[str, str]]:
+def kube_env_problems(spec: JobSpec) -> list[str]:
+    """``{from_env: VAR}`` cannot work on Kubernetes: the pods are started by the operator, in the
+    cluster, far from the shell that submitted; the value would have to be stored to get there."""
+    return [
+        f"env.{name}: {{from_env: {ref.from_env}}} is not available on Kubernetes (the pods start in the "
+        "cluster, away from the shell that submits). To fix: put the value in a Secret of the job's "
+        f'namespace (`kubectl create secret generic NAME --from-literal=KEY="${ref.from_env}"`) and '
+        "write {secret: NAME, key: KEY}"
+        for name, ref in spec.env.items()
+        if isinstance(ref, FromEnv)
+    ]
+
+
+def check_kube_env(spec: JobSpec, source: str) -> None:
+    """Raise :class:`SpecError` when the spec's ``env`` cannot be given to pods (see :func:`kube_env_problems`)."""
+    problems = kube_env_problems(spec)
+    if problems:
+        raise SpecError(source, problems)
+
+
+def _user_env_var(name: str, value: str | SecretRef | FromEnv) -> dict[str, Any]:
+    if isinstance(value, SecretRef):  # the kubelet reads the Secret; gpuctl never does
+        return {"name": name, "valueFrom": {"secretKeyRef": {"name": value.secret, "key": value.key}}}
+    if isinstance(value, FromEnv):
+        raise InternalError(f"env.{name}: from_env reached the pod builder (check_kube_env refuses it)")
+    return {"name": name, "value": value}
+
+
+def _env(spec: JobSpec, job: str, attempt: int, name: str, config: KubeConfig) -> list[dict[str, Any]]:
     ckpt = spec.checkpoint
     values: dict[str, str] = {
         contract.ENV_JOB_ID: job,
@@ -182,8 +212,9 @@ def _env(spec: JobSpec, job: str, attempt: int, name: str, config: KubeConfig) -
         values[contract.ENV_CHECKPOINT_EVERY_SECONDS] = str(int(parse_duration(ckpt.every).total_seconds()))
     if spec.policies.global_batch is not None:
         values[contract.ENV_GLOBAL_BATCH] = str(spec.policies.global_batch)
-    user_env = {k: v for k, v in spec.env.items() if k not in values}
-    return [{"name": k, "value": v} for k, v in {**user_env, **values}.items()]
+    check_kube_env(spec, f"job '{spec.name}'")
+    user_env = [_user_env_var(k, v) for k, v in spec.env.items() if k not in values]
+    return user_env + [{"name": k, "value": v} for k, v in values.items()]
 
 
 def _affinity(spec: JobSpec, placement: Placement, config: KubeConfig) -> dict[str, Any]:

@@ -37,6 +37,7 @@ from orchestrator.backends.base import (
 from orchestrator.backends.local.market import SimulatedMarket
 from orchestrator.backends.monitoring import MonitorSettings
 from orchestrator.backends.progress import read_progress
+from orchestrator.backends.secrets import launch_env
 from orchestrator.spec import JobSpec, parse_duration
 from orchestrator.state.store import JobStore
 
@@ -54,13 +55,16 @@ class LocalBackend:
     def launch(self, request: LaunchRequest) -> None:
         attempt_dir = request.job_dir / f"attempt-{request.attempt}"
         attempt_dir.mkdir(parents=True, exist_ok=True)
+        # Secret references are read first (an error starts nothing) and only into the nodes' env.
+        where = f"the environment of the gpuctl controller that launches the job (pid {os.getpid()})"
+        job_env = launch_env(request.spec.env, os.environ, self.store.home, where)
         port = self._ensure_rendezvous(attempt_dir, request.job_id, request.attempt)
         for node_id in request.node_ids:
             node_dir = attempt_dir / node_id
             node_dir.mkdir(exist_ok=True)
             if (node_dir / "exit_code").exists() or _alive(_read_pid(node_dir / "runner.pid"), node_id):
                 continue  # idempotent: never start a node twice
-            self._start_node(request, node_id, node_dir, port)
+            self._start_node(request, node_id, node_dir, port, job_env)
 
     def _ensure_rendezvous(self, attempt_dir: Path, job_id: str, attempt: int) -> int:
         store_id = f"{job_id}-a{attempt}-rendezvous"
@@ -79,7 +83,9 @@ class LocalBackend:
         _wait_for_port(port)
         return port
 
-    def _start_node(self, request: LaunchRequest, node_id: str, node_dir: Path, port: int) -> None:
+    def _start_node(
+        self, request: LaunchRequest, node_id: str, node_dir: Path, port: int, job_env: dict[str, str]
+    ) -> None:
         spec = request.spec
         elastic = request.min_nodes != request.max_nodes
         torchrun = [
@@ -95,7 +101,7 @@ class LocalBackend:
         ]  # fmt: skip
         env = {
             **os.environ,
-            **spec.env,
+            **job_env,
             "PYTHONPATH": _pythonpath(),
             "PYTHONUNBUFFERED": "1",
             "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),

@@ -16,6 +16,7 @@ Two modes:
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 from datetime import datetime
@@ -30,6 +31,7 @@ from orchestrator.backends.base import (
     OwnPlacements,
 )
 from orchestrator.backends.progress import read_progress
+from orchestrator.backends.secrets import reference_values
 from orchestrator.backends.slurm import commands
 from orchestrator.backends.slurm.config import SlurmClusterConfig
 from orchestrator.backends.slurm.parse import SlurmJob, map_state
@@ -102,8 +104,10 @@ class SlurmBackend:
         if self.preflight:
             self.check_placement(request.placement.gpu_type, request.placement.market)
         batch = self.render(request)
+        where = f"the environment of the gpuctl process that runs sbatch (pid {os.getpid()})"
+        secrets = reference_values(request.spec.env, os.environ, where=where)
         request.job_dir.mkdir(parents=True, exist_ok=True)
-        slurm_id = commands.submit(batch.sbatch_args, batch.script)
+        slurm_id = commands.submit(batch.sbatch_args, batch.script, extra_env=secrets)
         (request.job_dir / f"slurm-attempt-{request.attempt}.jobid").write_text(f"{slurm_id}\n")
 
     def find(self, job_id: str, attempt: int | None = None) -> SlurmJob | None:

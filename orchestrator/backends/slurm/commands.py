@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from orchestrator.backends.slurm.parse import (
     SACCT_FIELDS,
@@ -25,12 +26,20 @@ _UNREACHABLE = (
 )
 
 
-def run_slurm(argv: Sequence[str], stdin: str | None = None, timeout_s: float = 30.0) -> str:
-    """Run one SLURM command (a list of arguments: no shell) and return its stdout."""
+def run_slurm(
+    argv: Sequence[str],
+    stdin: str | None = None,
+    timeout_s: float = 30.0,
+    extra_env: Mapping[str, str] | None = None,
+) -> str:
+    """Run one SLURM command (a list of arguments: no shell) and return its stdout; ``extra_env`` is
+    added to the command's environment (this process's)."""
+    env = {**os.environ, **extra_env} if extra_env else None
     try:
         done = subprocess.run(
-            list(argv), input=stdin, capture_output=True, text=True, timeout=timeout_s, check=False
-        )
+            list(argv), input=stdin, capture_output=True, text=True, timeout=timeout_s, check=False,
+            env=env,
+        )  # fmt: skip
     except FileNotFoundError as exc:
         raise EnvironmentProblem(
             f"`{argv[0]}` was not found: the SLURM client commands are not installed on this machine",
@@ -81,9 +90,10 @@ def slurm_error(argv: list[str], message: str) -> Exception:
     return TemporaryError(f"{command} failed: {message}", "see the message above; retrying may help")
 
 
-def submit(sbatch_args: Sequence[str], script: str) -> int:
-    """``sbatch --parsable`` with the script on stdin; returns the SLURM job id."""
-    out = run_slurm(["sbatch", "--parsable", *sbatch_args], stdin=script)
+def submit(sbatch_args: Sequence[str], script: str, extra_env: Mapping[str, str] | None = None) -> int:
+    """``sbatch --parsable`` with the script on stdin; returns the SLURM job id. ``extra_env``: variables
+    for the job (secrets) that go in sbatch's environment rather than in the script."""
+    out = run_slurm(["sbatch", "--parsable", *sbatch_args], stdin=script, extra_env=extra_env)
     return int(out.strip().split(";")[0])
 
 

@@ -1,7 +1,10 @@
 """The sbatch script of one attempt.
 
 Every value that comes from a job spec (env values, command arguments, paths, setup) is passed
-through :func:`shlex.quote`; names that go into ``#SBATCH`` lines must be plain tokens.
+through :func:`shlex.quote`; names that go into ``#SBATCH`` lines must be plain tokens. The values of
+``env`` references (secrets) are never in the script: :meth:`SlurmBackend.launch` reads them and runs
+sbatch with them in its environment (``--export=ALL``), so they reach the batch shell and, through
+``srun``, the tasks; the script only checks that they arrived.
 
 The batch shell traps the notice signals and forwards SIGTERM (the runtime's notice signal) to the
 job step with ``scancel --signal=TERM``, never by killing ``srun`` (that would SIGKILL the tasks
@@ -39,6 +42,7 @@ from orchestrator.backends.monitoring import SUMMARY_PREFIX, MonitorSettings
 from orchestrator.backends.slurm.config import SlurmClusterConfig
 from orchestrator.errors import UserError
 from orchestrator.spec import parse_duration
+from orchestrator.spec.env import EnvReference, env_references, plain_env
 
 _TOKEN = re.compile(r"^[A-Za-z0-9_.:@+/-]+$")
 JOB_NAME_PREFIX = "gpuctl-"
@@ -232,6 +236,19 @@ def node_wrapper(request: LaunchRequest, monitor: MonitorSettings) -> str:
     )
 
 
+def _reference_checks(references: dict[str, EnvReference]) -> list[str]:
+    """For each ``env`` reference, a comment saying where its value comes from and a check that it
+    arrived: the value is in sbatch's environment (``--export=ALL``), never in this script."""
+    lines = []
+    for name, ref in references.items():
+        lines.append(f"# {name}: {ref.describe()}; its value is in sbatch's environment, not here")
+        message = (
+            f"gpuctl: {name} ({ref.describe()}) did not reach the job; was sbatch run with --export=NONE?"
+        )
+        lines.append(f"[[ -v {name} ]] || {{ echo {shlex.quote(message)} >&2; exit 1; }}")
+    return lines
+
+
 def render_batch_job(
     request: LaunchRequest,
     config: SlurmClusterConfig,
@@ -253,8 +270,9 @@ def render_batch_job(
         "set -u",
         f"export {contract.ENV_ATTEMPT}=$(( {int(request.attempt)} + ${{SLURM_RESTART_COUNT:-0}} ))",
     ]
-    env = {**spec.env, **contract_env(request)}
+    env = {**plain_env(spec.env), **contract_env(request)}
     lines += [f"export {key}={q(value)}" for key, value in env.items()]
+    lines += _reference_checks(env_references(spec.env))
     lines += [
         f"runs_file={q(str(runs_path(request.job_dir)))}",
         'echo "start $SLURM_JOB_ID ${SLURM_RESTART_COUNT:-0} $(date +%s) $SLURM_JOB_NUM_NODES'
@@ -285,6 +303,8 @@ def render_batch_job(
     lines.append(_WAIT_AND_REQUEUE.replace("PREEMPTED", str(contract.PREEMPTED_EXIT_CODE)))
     script = "\n".join(lines)
     args = [f"--output={out}", f"--chdir={request.job_dir}"]
+    if env_references(spec.env):  # the values travel in sbatch's environment to the batch shell
+        args.append("--export=ALL")
     return BatchJob(
         sbatch_args=args, script=script, output_path=out, slurm_name=slurm_job_name(request.job_id)
     )
