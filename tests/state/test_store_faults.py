@@ -123,9 +123,9 @@ def test_a_held_write_lock_is_a_clear_temporary_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A failed BEGIN used to be followed by a ROLLBACK that failed too, hiding why."""
+    monkeypatch.setattr(database, "LOCK_TIMEOUT_S", 0.05)  # before the store opens its connection
     store = JobStore(tmp_path)
     job_id = _job(store)
-    monkeypatch.setattr(database, "LOCK_TIMEOUT_S", 0.05)
     holder = sqlite3.connect(store.path, isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")
     try:
@@ -145,9 +145,9 @@ def test_a_held_write_lock_is_a_clear_temporary_error(
 def test_readers_never_wait_for_nor_take_the_write_lock(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(database, "LOCK_TIMEOUT_S", 0.05)  # before the store opens its connection
     store = JobStore(tmp_path)
     job_id = _job(store)
-    monkeypatch.setattr(database, "LOCK_TIMEOUT_S", 0.05)
     holder = sqlite3.connect(store.path, isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")  # a controller in the middle of a write
     holder.execute("UPDATE jobs SET message = 'uncommitted'")
