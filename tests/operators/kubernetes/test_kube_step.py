@@ -1,11 +1,16 @@
-"""The operator's decision: gpuctl's controller reconcile fed from GPUJob status and pods (no API)."""
+"""The operator's decision: gpuctl's controller reconcile and engine fed from GPUJob status and pods (no API)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from operators.kubernetes.step import Decision, step
+import inspect
+
+from operators.kubernetes import reconcile as operator_reconcile
+from operators.kubernetes import step as operator_step
+from operators.kubernetes.step import Decision, load_state, step, with_state
+from orchestrator.controller import engine
 from orchestrator.backends.base import Placement
 from orchestrator.catalog.offers import MarketKind
 from orchestrator.spec import JobSpec
@@ -29,8 +34,10 @@ def pod(
         if exit_code is not None
         else []
     )
+    index = name.rsplit("-n", 1)[1]
+    labels = {"gpuctl.dev/job": "j", "gpuctl.dev/attempt": str(attempt), "gpuctl.dev/node-index": index}
     return {
-        "metadata": {"name": name, "labels": {"gpuctl.dev/job": "j", "gpuctl.dev/attempt": str(attempt)}},
+        "metadata": {"name": name, "labels": labels},
         "status": {"phase": phase, "containerStatuses": containers, **status},
     }
 
@@ -41,10 +48,16 @@ def run(
     return step(spec, status, pods, None, (SPOT, ON_DEMAND), "j", T0, T0 + at)
 
 
+def launched(d: Decision) -> dict[str, Any]:
+    """The status once the operator created the pods of ``d`` and recorded them (its second patch)."""
+    assert d.state is not None
+    return with_state(d.status, engine.mark_launched(d.state, d.launch))
+
+
 def running(spec: JobSpec, n: int) -> dict[str, Any]:
     d = run(spec, {}, [])
-    assert d.status["state"] == "LAUNCHING" and d.create == tuple(range(n))
-    d = run(spec, d.status, [pod(f"j-n{i}", 1) for i in range(n)])
+    assert d.status["state"] == "LAUNCHING" and d.launch == tuple(f"j-a1-n{i}" for i in range(n))
+    d = run(spec, launched(d), [pod(f"j-n{i}", 1) for i in range(n)])
     assert d.status["state"] == "RUNNING"
     return d.status
 
@@ -55,7 +68,9 @@ def condition(status: dict[str, Any], kind: str) -> dict[str, Any]:
 
 def test_new_job_is_placed_on_spot_and_costs_by_segment() -> None:
     d = run(job(2), {}, [])
-    assert d.status["attempt"] == 1 and d.status["market"] == "spot" and d.status["pods"] == ["j-n0", "j-n1"]
+    assert d.status["attempt"] == 1 and d.status["market"] == "spot"
+    assert [n["nodeId"] for n in d.status["attemptNodes"]] == ["j-a1-n0", "j-a1-n1"]
+    assert {n["launch"] for n in d.status["attemptNodes"]} == {"intent"}  # written before any pod exists
     assert condition(d.status, "Placed")["status"] == "True"
     status = running(job(2), 2)
     assert condition(status, "Running")["status"] == "True"
@@ -68,11 +83,11 @@ def test_evicted_pod_preempts_and_relaunches_a_fixed_job() -> None:
     d = run(
         job(2), status, [pod("j-n0", 1), pod("j-n1", 1, "Failed", reason="Evicted")], timedelta(minutes=30)
     )
-    assert set(d.delete) == {"j-n0", "j-n1"}
+    assert set(d.stop) == {"j-a1-n0", "j-a1-n1"}
     assert d.status["preemptions"] == 1 and condition(d.status, "Preempted")["status"] == "True"
     assert d.status["segments"][-1]["endReason"] == "preempted"
     d2 = run(job(2), d.status, [], timedelta(minutes=31))
-    assert d2.status["attempt"] == 2 and d2.create == (0, 1)
+    assert d2.status["attempt"] == 2 and d2.launch == ("j-a2-n0", "j-a2-n1")
 
 
 def test_old_pods_still_terminating_hold_the_relaunch() -> None:
@@ -81,7 +96,7 @@ def test_old_pods_still_terminating_hold_the_relaunch() -> None:
     terminating = pod("j-n0", 1)
     terminating["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     held = run(job(1), d.status, [terminating])
-    assert held.create == () and held.status["attempt"] == 1
+    assert held.launch == () and held.status["attempt"] == 1
 
 
 def test_elastic_job_rescales_down_on_node_loss() -> None:
@@ -89,11 +104,11 @@ def test_elastic_job_rescales_down_on_node_loss() -> None:
     status = running(spec, 3)
     pods = [pod("j-n0", 1), pod("j-n1", 1), pod("j-n2", 1, "Failed", exit_code=75)]
     d = run(spec, status, pods, timedelta(minutes=10))
-    assert d.delete == ("j-n2",) and d.create == ()
+    assert d.stop == ("j-a1-n2",) and d.launch == ()
     assert d.status["attempt"] == 1 and d.status["nodes"] == 2 and d.status["desiredNodes"] == 2
     assert condition(d.status, "Rescaled")["status"] == "True"
     steady = run(spec, d.status, pods[:2], timedelta(minutes=11))
-    assert steady.status["state"] == "RUNNING" and steady.delete == ()
+    assert steady.status["state"] == "RUNNING" and steady.stop == ()
     assert [s["nodes"] for s in steady.status["segments"]] == [3, 2]
 
 
