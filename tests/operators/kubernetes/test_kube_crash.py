@@ -4,15 +4,12 @@ status from which the next pass makes exactly one pod per node (an in-memory API
 from __future__ import annotations
 
 import copy
-import inspect
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
-from operators.kubernetes import reconcile as operator_reconcile
-from operators.kubernetes import step as operator_step
 from operators.kubernetes.reconcile import reconcile_job, status_patch
 from orchestrator.backends.kubernetes import client
 from orchestrator.backends.kubernetes.config import KubeConfig
@@ -164,11 +161,3 @@ def test_ended_nodes_left_running_by_a_crash_are_deleted(fake: FakeApi) -> None:
     assert fake.job["status"]["attempt"] == 2 and sorted(fake.pods) == ["j-n0", "j-n1"]
     assert {p["metadata"]["labels"]["gpuctl.dev/attempt"] for p in fake.pods.values()} == {"2"}
     assert sorted(fake.created) == ["j-n0", "j-n0", "j-n1", "j-n1"]  # one pod per node of each attempt
-
-
-def test_the_operator_hosts_the_engine_and_applies_no_action_itself() -> None:
-    assert not hasattr(operator_step, "_Applier")
-    sources = inspect.getsource(operator_step) + inspect.getsource(operator_reconcile)
-    assert "engine.apply(" in inspect.getsource(operator_step.step)
-    for action in ("StartAttempt", "OpenSegment", "SegmentStartsNow", "CountPreemption", "CountRestart"):
-        assert action not in sources, action  # applied by the engine only

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
+import inspect
 from datetime import UTC, datetime, timedelta
 from typing import Any
-
-import inspect
 
 from operators.kubernetes import reconcile as operator_reconcile
 from operators.kubernetes import step as operator_step
 from operators.kubernetes.step import Decision, load_state, step, with_state
-from orchestrator.controller import engine
 from orchestrator.backends.base import Placement
+from orchestrator.backends.kubernetes.crd import status_openapi_schema
 from orchestrator.catalog.offers import MarketKind
+from orchestrator.controller import engine
 from orchestrator.spec import JobSpec
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -131,3 +131,68 @@ def test_success_and_lost_pods() -> None:
     assert d.status["state"] == "SUCCEEDED" and condition(d.status, "Succeeded")["status"] == "True"
     gone = run(job(2), status, [pod("j-n0", 1)])
     assert gone.status["preemptions"] == 1
+
+
+def test_an_intent_without_its_pod_is_starting_not_lost() -> None:
+    d = run(job(2), {}, [])  # written, then the operator died before creating the pods
+    again = run(job(2), d.status, [], timedelta(minutes=1))
+    assert again.status["state"] == "LAUNCHING" and again.status["preemptions"] == 0
+    assert again.launch == () and again.stop == ()  # the next pass creates the pods; nothing new here
+
+
+def test_a_status_written_before_the_engine_loads_and_is_rewritten() -> None:
+    """An operator before the engine kept pod names (``pods``, ``endedNodes``) and wrote the same flat
+    segments: its RUNNING job goes on, the pods of its attempt are the engine's launched nodes."""
+    old = {
+        "state": "RUNNING", "attempt": 1, "pods": ["j-n0", "j-n1", "j-n2"], "endedNodes": ["j-n2"],
+        "placement": {"gpu_type": "H100", "market": "spot", "cloud": "aws", "region": "r", "zone": "z",
+                      "instance_type": "p5", "gpus_per_node": 8, "node_price_usd_per_hour": 10.0,
+                      "on_demand_node_price_usd_per_hour": 40.0, "price_source": "test"},
+        "segments": [{"start": "2026-01-01T00:00:00Z", "end": None, "nodes": 2, "gpuType": "H100",
+                      "market": "spot", "nodePriceUsdPerHour": 10.0}],
+        "restarts": 0, "preemptions": 0, "costUsd": 0.0, "conditions": [],
+        "rescaledAt": "2026-01-01T00:55:00Z",  # lost j-n2 a while ago: no regrowing yet
+    }  # fmt: skip
+    state = load_state(old, "j")
+    assert [(n.node_id, n.launch.value) for n in state.attempt_nodes] == [
+        ("j-a1-n0", "launched"), ("j-a1-n1", "launched"), ("j-a1-n2", "ended")
+    ]  # fmt: skip
+    assert state.segments[0].placement.on_demand_node_price_usd_per_hour == 10.0  # unknown: no savings
+    d = run(job({"min": 2, "max": 3}), old, [pod("j-n0", 1), pod("j-n1", 1)], timedelta(hours=1))
+    assert d.status["state"] == "RUNNING" and d.stop == () and d.status["costUsd"] == 20.0
+    assert "pods" not in d.status and "endedNodes" not in d.status
+    assert d.status["segments"][0]["start"] == "2026-01-01T00:00:00Z" and d.status["nodes"] == 2
+    gone = run(job(2), old, [pod("j-n0", 1)])  # a launched node without its pod is lost
+    assert gone.status["preemptions"] == 1
+
+
+def test_the_operator_applies_actions_only_through_the_engine() -> None:
+    assert not hasattr(operator_step, "_Applier")
+    assert "engine.apply(" in inspect.getsource(operator_step.step)
+    sources = inspect.getsource(operator_step) + inspect.getsource(operator_reconcile)
+    for action in ("StartAttempt", "OpenSegment", "SegmentStartsNow", "CountPreemption", "CountRestart"):
+        assert action not in sources, action
+
+
+def pruned(value: Any, schema: dict[str, Any], path: str = "status") -> list[str]:
+    """What the API server would prune of ``value``: keys its structural ``schema`` does not name."""
+    if isinstance(value, dict) and "properties" in schema:
+        lost = [f"{path}.{k}" for k in value if k not in schema["properties"]]
+        return lost + [
+            p for k, v in value.items() if k in schema["properties"]
+            for p in pruned(v, schema["properties"][k], f"{path}.{k}")
+        ]  # fmt: skip
+    if isinstance(value, list) and "items" in schema:
+        return [p for i, v in enumerate(value) for p in pruned(v, schema["items"], f"{path}[{i}]")]
+    return []
+
+
+def test_every_status_field_written_is_in_the_crd_schema() -> None:
+    schema = status_openapi_schema()
+    spec = job({"min": 2, "max": 3})
+    status = running(spec, 3)
+    pods = [pod("j-n0", 1), pod("j-n1", 1), pod("j-n2", 1, "Failed", exit_code=75)]
+    rescaled = run(spec, status, pods, timedelta(minutes=10)).status
+    assert rescaled["rescaledAt"] and rescaled["segments"][0]["end"] and rescaled["attemptNodes"]
+    for written in (status, rescaled):
+        assert pruned(written, schema) == []
