@@ -1,7 +1,8 @@
-"""One reconcile pass of a GPUJob against the API server: read, decide (pure), apply, write status.
+"""One reconcile pass of a GPUJob against the API server: the host of the one controller engine.
 
-The decision is one call: :func:`operators.kubernetes.step.step`, which runs gpuctl's controller
-reconcile step on the job's status and pods; the monitors' GPU use is read from the pods' sidecar logs
+The GPUJob's ``.status`` is the job's store, pods are the engine's effects. The decision is one call,
+:func:`operators.kubernetes.step.step` (gpuctl's reconcile and :func:`orchestrator.controller.engine.apply`
+on the job's status and pods); the monitors' GPU use is read from the pods' sidecar logs
 (:mod:`operators.kubernetes.gpu_usage`). Kept apart from the kopf handlers so anything can call it.
 """
 
@@ -9,16 +10,27 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import Any
+from typing import Any, assert_never
 
 from pydantic import ValidationError
 
 from operators.kubernetes.admission import admission_refusal, first_sight, refused_status
 from operators.kubernetes.gpu_usage import collect_gpu_usage
-from operators.kubernetes.step import Decision, placement_from, set_condition, step
+from operators.kubernetes.step import (
+    Decision,
+    being_deleted,
+    fail,
+    leftover_pods,
+    load_state,
+    pod_attempt,
+    pods_of,
+    set_condition,
+    step,
+    with_state,
+)
 from orchestrator.backends.base import Placement
 from orchestrator.backends.kubernetes import client
 from orchestrator.backends.kubernetes.config import PRICE_CATALOG_ENV, KubeConfig
@@ -28,12 +40,15 @@ from orchestrator.backends.kubernetes.manifests import (
     build_service,
     check_kube_env,
     derived_name,
+    pod_name,
     service_name,
 )
+from orchestrator.controller import engine
 from orchestrator.controller.placement import catalog_candidates
 from orchestrator.errors import NotFoundError, SpecError, UserError
 from orchestrator.spec import JobSpec
 from orchestrator.spec.model import NAME_PATTERN
+from orchestrator.state.job_state import JobState, NodeLaunch
 from orchestrator.state.status import FailureReason, JobStatus
 
 OBJECT_NAME_MAX = 253
@@ -98,7 +113,13 @@ def _created_at(body: Mapping[str, Any], now: datetime) -> datetime:
 def reconcile_job(
     name: str, namespace: str, config: KubeConfig, now: datetime, api: Any | None = None
 ) -> Decision | None:
-    """Reconcile one GPUJob; ``None`` when it is gone. Errors from the API propagate (kopf retries)."""
+    """Reconcile one GPUJob; ``None`` when it is gone. Errors from the API propagate (kopf retries).
+
+    The order makes it crash safe, as the local driver's: (a) finish what an interrupted pass left
+    (create the pods of nodes recorded as intents, delete those of nodes recorded as ended); (b, c)
+    observe and decide (:func:`step`: reconcile and the engine, pure); (d) write the status; (e) only
+    then carry out the engine's effects, recording created pods as launched in a second patch. A crash
+    anywhere leaves a status from which the next pass creates each node's pod exactly once."""
     try:
         body = client.get_gpujob(name, namespace, api)
     except NotFoundError:
@@ -107,6 +128,7 @@ def reconcile_job(
         return None  # being deleted: the delete handler cleans up; never create pods again
     status = dict(body.get("status") or {})
     if status.get("state") and JobStatus(status["state"]).terminal:
+        _delete_leftovers(name, namespace, body, status, api)
         return None
     try:
         spec = job_spec(name, namespace, body.get("spec") or {})
@@ -121,52 +143,142 @@ def reconcile_job(
     owner = Owner(name=name, uid=str(body["metadata"].get("uid", "")))
     pods = client.list_job_pods(name, namespace, api, owner.uid)  # only this GPUJob's pods, ever
     nodes = client.list_node_names(api)
-    decision = step(
-        spec, status, pods, nodes, candidates, name, _created_at(body, now), now, config.regrow_after_s
-    )
-    decision = replace(decision, status={**decision.status, "user": spec.user})
-    uids = {str(p["metadata"]["name"]): p["metadata"].get("uid") for p in pods}
-    for pod_to_delete in decision.delete:
-        if pod_to_delete in uids:  # never a pod of that name that is not this job's
-            client.delete_pod(pod_to_delete, namespace, api=api, uid=uids[pod_to_delete])
-    placement = placement_from(decision.status.get("placement"))
-    if decision.create and placement is not None:
-        try:
-            _launch(spec, placement, decision, owner, namespace, config, api)
-        except UserError as err:  # rejected or name taken: retrying cannot help
-            cleanup_job(name, namespace, api, owner.uid)
-            return _fail(name, namespace, status, str(FailureReason.BACKEND_ERROR), err.message, now, api)
-    # The monitors' windows up to now, in the same status patch (the pods of an ending job are still listed).
-    with_usage, usage_events = collect_gpu_usage(decision.status, pods, namespace, now, api)
-    decision = replace(decision, status=with_usage, events=decision.events + usage_events)
-    if decision.status != status:
-        client.patch_gpujob_status(name, namespace, status_patch(status, decision.status), api)
-    return decision
-
-
-def _launch(
-    spec: JobSpec,
-    placement: Placement,
-    decision: Decision,
-    owner: Owner,
-    namespace: str,
-    config: KubeConfig,
-    api: Any | None,
-) -> None:
-    client.ensure_service(build_service(owner.name, namespace, config, owner), api, owner.uid)
-    attempt = int(decision.status.get("attempt", 1))
-    for index in decision.create:
-        pod = build_pod(
-            spec,
-            placement,
-            job=owner.name,
-            namespace=namespace,
-            attempt=attempt,
-            node_index=index,
-            config=config,
-            owner=owner,
+    pods_host = _Pods(spec, owner, namespace, config, api)
+    try:
+        # (a) what a crash interrupted
+        state, acted = pods_host.finish_interrupted(load_state(status, name), pods)
+        if acted:  # observe what it made of the pods
+            pods = client.list_job_pods(name, namespace, api, owner.uid)
+        # (b, c) observe and decide
+        decision = step(
+            spec, with_state(status, state), pods, nodes, candidates, name, _created_at(body, now), now,
+            config.regrow_after_s,
+        )  # fmt: skip
+        # The monitors' windows up to now, in the same status patch (the pods of an ending job are still listed).
+        written, usage_events = collect_gpu_usage(
+            {**decision.status, "user": spec.user}, pods, namespace, now, api
         )
-        client.create_pod(pod, api, owner.uid)
+        # (d) the status first
+        if written != status:
+            client.patch_gpujob_status(name, namespace, status_patch(status, written), api)
+        # (e) then the effects
+        written = pods_host.carry_out(decision, written, pods)
+    except UserError as err:  # a pod rejected, or its name taken by another: retrying cannot help
+        return _fail_launch(name, namespace, pods_host, err.message, now)
+    return replace(decision, status=written, events=decision.events + usage_events)
+
+
+class _Pods:
+    """The engine's effects on Kubernetes: a node is a pod, created and deleted for the one GPUJob."""
+
+    def __init__(
+        self, spec: JobSpec, owner: Owner, namespace: str, config: KubeConfig, api: Any | None
+    ) -> None:
+        self.spec, self.owner, self.namespace, self.config, self.api = spec, owner, namespace, config, api
+
+    def finish_interrupted(self, state: JobState, pods: Sequence[Mapping[str, Any]]) -> tuple[JobState, bool]:
+        """Create the pods of nodes recorded as intents (idempotent), and delete the pods the
+        controller is done with that are not being deleted yet. Returns the state with the created
+        nodes recorded launched (written with the pass's status patch), and whether any pod was
+        created or deleted."""
+        leftovers = [p for p in leftover_pods(state, pods) if not being_deleted(p)]
+        for pod in leftovers:
+            self.delete(pod)
+        intents = state.node_ids(NodeLaunch.INTENT)
+        if not intents or state.status.terminal:
+            return state, bool(leftovers)
+        created = self.create(state, intents, pods)
+        return engine.mark_launched(state, created), bool(leftovers) or bool(created)
+
+    def carry_out(
+        self, decision: Decision, written: dict[str, Any], pods: Sequence[Mapping[str, Any]]
+    ) -> dict[str, Any]:
+        """The engine's effects, in order, after the status was written; returns the status written."""
+        assert decision.state is not None
+        state = decision.state
+        for effect in decision.effects:
+            if isinstance(effect, engine.LaunchNodes):
+                launched = engine.mark_launched(state, self.create(state, effect.node_ids, pods))
+                if launched != state:
+                    new = with_state(written, launched)
+                    client.patch_gpujob_status(
+                        self.owner.name, self.namespace, status_patch(written, new), self.api
+                    )
+                    state, written = launched, new
+            elif isinstance(effect, engine.StopNodes | engine.ReleaseNodes):
+                # The pods' terminationGracePeriodSeconds is the spec's notice grace (StopNodes' grace_s).
+                for pod in pods_of(effect.attempt, effect.node_ids, pods).values():
+                    if not being_deleted(pod):
+                        self.delete(pod)
+            else:
+                assert_never(effect)
+        return written
+
+    def create(
+        self, state: JobState, node_ids: Sequence[str], pods: Sequence[Mapping[str, Any]]
+    ) -> list[str]:
+        """Create the pods of ``node_ids`` (a pod of the attempt that exists already counts as created;
+        a name still held by an older attempt's pod waits for the next pass). Returns the created."""
+        placement = engine.placement_of(state.placement)
+        assert placement is not None, "nodes are launched on the attempt's placement"
+        by_name = {str(p["metadata"]["name"]): p for p in pods}
+        created: list[str] = []
+        service = False
+        for node in node_ids:
+            index = engine.node_index(node)
+            existing = by_name.get(pod_name(self.owner.name, index))
+            if existing is not None:
+                if pod_attempt(existing) == state.attempt:
+                    created.append(node)
+                continue
+            if not service:
+                config, owner = self.config, self.owner
+                client.ensure_service(
+                    build_service(owner.name, self.namespace, config, owner), self.api, owner.uid
+                )
+                service = True
+            pod = build_pod(
+                self.spec,
+                placement,
+                job=self.owner.name,
+                namespace=self.namespace,
+                attempt=state.attempt,
+                node_index=index,
+                config=self.config,
+                owner=self.owner,
+            )
+            client.create_pod(pod, self.api, self.owner.uid)
+            created.append(node)
+        return created
+
+    def delete(self, pod: Mapping[str, Any]) -> None:
+        meta = pod["metadata"]  # one of this GPUJob's pods (listed by owner uid): that very pod only
+        client.delete_pod(str(meta["name"]), self.namespace, api=self.api, uid=meta.get("uid"))
+
+
+def _delete_leftovers(
+    name: str, namespace: str, body: Mapping[str, Any], status: Mapping[str, Any], api: Any | None
+) -> None:
+    """An ended job's pods that a pass interrupted after its status patch left behind: deleted."""
+    if not int(status.get("attempt") or 0):
+        return  # never placed (refused at admission, say): it has no pods
+    uid = str(body["metadata"].get("uid", ""))
+    for pod in client.list_job_pods(name, namespace, api, uid):
+        meta = pod["metadata"]
+        if not being_deleted(pod):
+            client.delete_pod(str(meta["name"]), namespace, api=api, uid=meta.get("uid"))
+
+
+def _fail_launch(name: str, namespace: str, pods_host: _Pods, message: str, now: datetime) -> Decision:
+    """A pod could not be created: the job's pods and Service go, and the job FAILED (backend_error)
+    through the engine, from the status as written now."""
+    api = pods_host.api
+    cleanup_job(name, namespace, api, pods_host.owner.uid)
+    status = dict(client.get_gpujob(name, namespace, api).get("status") or {})
+    failed = fail(status, name, FailureReason.BACKEND_ERROR, message, now)
+    final = {**failed.status, "user": pods_host.spec.user}
+    client.patch_gpujob_status(name, namespace, status_patch(status, final), api)
+    return replace(failed, status=final)
 
 
 def _fail(

@@ -1,32 +1,44 @@
-"""The operator's decision: gpuctl's controller reconcile step, fed from a GPUJob's status and pods.
+"""The operator's decision: the one controller engine, fed from a GPUJob's status and pods (no API calls).
 
-The policy is :func:`orchestrator.controller.reconcile.reconcile`, the same pure function the local and
-SLURM controllers use. This module only translates: GPUJob ``.status`` + pod phases -> ``JobView``,
-and the returned actions -> a new ``.status`` plus pods to create and delete. No API calls here.
+The policy is :func:`orchestrator.controller.reconcile.reconcile` and the application of its actions is
+:func:`orchestrator.controller.engine.apply`: the same pure functions the local and SLURM controllers
+run. This module only translates: GPUJob ``.status`` (a :class:`JobState`) + pods -> ``JobView``, and the
+engine's new state and events -> a new ``.status`` (the state plus display fields and conditions). The
+engine's effects are carried out by :mod:`operators.kubernetes.reconcile`, after the status is written.
 
-Status keys (all job state; the operator keeps none): ``state``, ``attempt``, ``placement``,
-``pods`` (pods of the attempt), ``endedNodes``, ``segments``, ``restarts``, ``preemptions``,
-``preemptedInAttempt``, ``rescaledAt``, ``conditions``, ``costUsd``, and display fields.
+Nodes and pods: the engine's node ``{job}-a{attempt}-n{index}`` is the pod of the job labelled with
+that attempt (``gpuctl.dev/attempt``) and index (``gpuctl.dev/node-index``), named
+:func:`~orchestrator.backends.kubernetes.manifests.pod_name` ``(job, index)``.
+
+Status keys: those of :meth:`JobState.to_status` (``state``, ``attempt``, ``placement``,
+``attemptNodes``, ``segments``, ...) and display fields: ``conditions``, ``nodes`` (the attempt's
+nodes not ended: printer column), ``desiredNodes``, ``costUsd``, ``gpuType``, ``market``, ``zone``,
+``nodePriceUsdPerHour``; ``user`` and ``gpuUsage*`` are added by the reconcile.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from orchestrator.backends.base import NodeObservation, NodePhase, Placement, Progress
-from orchestrator.backends.kubernetes.manifests import LABEL_ATTEMPT, pod_name
+from orchestrator.backends.kubernetes.manifests import LABEL_ATTEMPT, LABEL_NODE_INDEX
 from orchestrator.backends.kubernetes.observe import pod_phase
-from orchestrator.catalog.offers import MarketKind
 from orchestrator.controller import actions as act
+from orchestrator.controller import engine
 from orchestrator.controller.reconcile import JobView, reconcile
 from orchestrator.spec import JobSpec, parse_deadline
-from orchestrator.state.status import JobStatus
+from orchestrator.state.job_state import STATUS_KEYS, JobEvent, JobState, NodeLaunch, NodeState
+from orchestrator.state.status import FailureReason, JobStatus
 
 MAX_PASSES = 4
 """Pure transitions (PENDING -> PLACING -> LAUNCHING) are chained within one operator pass."""
+
+LEGACY_KEYS = ("pods", "endedNodes")
+"""Status keys of operators before the engine: read once by :func:`load_state`, then removed."""
 
 _CONDITIONS: dict[JobStatus, tuple[str, bool]] = {
     JobStatus.LAUNCHING: ("Placed", True),
@@ -41,10 +53,21 @@ _CONDITIONS: dict[JobStatus, tuple[str, bool]] = {
 @dataclass(frozen=True)
 class Decision:
     status: dict[str, Any]
-    create: tuple[int, ...] = ()
-    """Node indices whose pods to create (placement: ``status['placement']``)."""
-    delete: tuple[str, ...] = ()
+    """The GPUJob's whole new ``.status``."""
+    state: JobState | None = None
+    effects: tuple[engine.Effect, ...] = ()
+    """What to do after ``status`` is written (pods to create and delete)."""
     events: tuple[str, ...] = ()
+    """One Kubernetes Event each."""
+
+    @property
+    def launch(self) -> tuple[str, ...]:
+        return tuple(n for e in self.effects if isinstance(e, engine.LaunchNodes) for n in e.node_ids)
+
+    @property
+    def stop(self) -> tuple[str, ...]:
+        stopping = (engine.StopNodes, engine.ReleaseNodes)
+        return tuple(dict.fromkeys(n for e in self.effects if isinstance(e, stopping) for n in e.node_ids))
 
 
 def iso(t: datetime) -> str:
@@ -53,12 +76,6 @@ def iso(t: datetime) -> str:
 
 def _time(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
-
-
-def placement_from(data: Mapping[str, Any] | None) -> Placement | None:
-    if not data:
-        return None
-    return Placement(**{**data, "market": MarketKind(data["market"])})
 
 
 def set_condition(
@@ -80,22 +97,85 @@ def set_condition(
     ]
 
 
-def segments_cost(segments: Sequence[Mapping[str, Any]], now: datetime) -> float:
-    total = 0.0
-    for seg in segments:
-        end = _time(seg["end"]) if seg.get("end") else now
-        hours = max(0.0, (end - _time(seg["start"])).total_seconds() / 3600)
-        total += hours * float(seg.get("nodes", 0)) * float(seg.get("nodePriceUsdPerHour", 0.0))
-    return round(total, 6)
-
-
-def _attempt_of(pod: Mapping[str, Any]) -> int:
+# --- pods <-> nodes ------------------------------------------------------------------------------
+def pod_attempt(pod: Mapping[str, Any]) -> int:
     return int((pod.get("metadata", {}).get("labels") or {}).get(LABEL_ATTEMPT, "0"))
+
+
+def pod_index(pod: Mapping[str, Any]) -> int | None:
+    text = (pod.get("metadata", {}).get("labels") or {}).get(LABEL_NODE_INDEX)
+    return int(text) if text is not None and str(text).isdigit() else None
+
+
+def being_deleted(pod: Mapping[str, Any]) -> bool:
+    return bool(pod.get("metadata", {}).get("deletionTimestamp"))
+
+
+def pods_of(
+    attempt: int, node_ids: Sequence[str], pods: Sequence[Mapping[str, Any]]
+) -> dict[str, Mapping[str, Any]]:
+    """Node id -> its pod, for the nodes of ``attempt`` that have one."""
+    by_index = {pod_index(p): p for p in pods if pod_attempt(p) == attempt}
+    found = {n: by_index.get(engine.node_index(n)) for n in node_ids}
+    return {n: p for n, p in found.items() if p is not None}
+
+
+def leftover_pods(state: JobState, pods: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The job's pods the controller is done with: of an older attempt, of a node recorded as ended,
+    or of no node of the state (whether or not they are being deleted already)."""
+    live = pods_of(
+        state.attempt, [n.node_id for n in state.attempt_nodes if n.launch is not NodeLaunch.ENDED], pods
+    )
+    kept = {id(p) for p in live.values()}
+    return [p for p in pods if id(p) not in kept]
+
+
+def load_state(status: Mapping[str, Any], job: str) -> JobState:
+    """The job's state in its ``.status``; a status of an operator before the engine (``pods`` and
+    ``endedNodes`` pod names) gives the current attempt's nodes: launched, or ended."""
+    state = JobState.from_status(status)
+    if "attemptNodes" not in status and status.get("pods"):
+        ended = set(status.get("endedNodes") or ())
+        nodes = tuple(
+            NodeState(
+                node_id=engine.node_id(job, state.attempt, index),
+                launch=NodeLaunch.ENDED if name in ended else NodeLaunch.LAUNCHED,
+            )
+            for index, name in enumerate(status["pods"])
+        )
+        state = state.model_copy(update={"attempt_nodes": nodes})
+    return state
+
+
+def with_state(status: Mapping[str, Any], state: JobState) -> dict[str, Any]:
+    """``status`` with its job state replaced by ``state`` (display fields kept, legacy keys dropped)."""
+    kept = {k: v for k, v in status.items() if k not in STATUS_KEYS and k not in LEGACY_KEYS}
+    return {**kept, **state.to_status()}
+
+
+# --- what reconcile sees -------------------------------------------------------------------------
+def observe(
+    state: JobState, pods: Sequence[Mapping[str, Any]], existing_nodes: set[str] | None
+) -> tuple[NodeObservation, ...]:
+    """The current attempt's nodes not ended: a pod's phase; a launched node without a pod is LOST,
+    an intent without one STARTING (it is about to be created)."""
+    active = [n for n in state.attempt_nodes if n.launch is not NodeLaunch.ENDED]
+    found = pods_of(state.attempt, [n.node_id for n in active], pods)
+    seen = []
+    for node in active:
+        pod = found.get(node.node_id)
+        if pod is not None:
+            seen.append(dataclasses.replace(pod_phase(pod, existing_nodes), node_id=node.node_id))
+        elif node.launch is NodeLaunch.LAUNCHED:
+            seen.append(NodeObservation(node.node_id, NodePhase.LOST))
+        else:
+            seen.append(NodeObservation(node.node_id, NodePhase.STARTING))
+    return tuple(seen)
 
 
 def build_view(
     spec: JobSpec,
-    status: Mapping[str, Any],
+    state: JobState,
     pods: Sequence[Mapping[str, Any]],
     existing_nodes: set[str] | None,
     candidates: tuple[Placement | None, Placement | None],
@@ -103,148 +183,44 @@ def build_view(
     now: datetime,
     regrow_after_s: float,
 ) -> JobView:
-    attempt = int(status.get("attempt", 0))
-    ended = set(status.get("endedNodes", []))
-    current = {str(p["metadata"]["name"]): p for p in pods if _attempt_of(p) == attempt}
-    nodes = [
-        pod_phase(current[n], existing_nodes)
-        for n in status.get("pods", [])
-        if n in current and n not in ended
-    ]
-    nodes += [
-        NodeObservation(n, NodePhase.LOST)
-        for n in status.get("pods", [])
-        if n not in current and n not in ended
-    ]
-    draining = any(
-        _attempt_of(p) != attempt or p["metadata"].get("deletionTimestamp") or p["metadata"]["name"] in ended
-        for p in pods
-    )
+    nodes = observe(state, pods, existing_nodes)
     alive = [n for n in nodes if not n.phase.ended]
     all_running = bool(alive) and all(n.phase is NodePhase.RUNNING for n in alive)
-    segments = status.get("segments", [])
-    open_nodes = segments[-1]["nodes"] if segments and not segments[-1].get("end") else None
-    rescaled_at = status.get("rescaledAt")
-    recently_rescaled = rescaled_at and (now - _time(rescaled_at)).total_seconds() < regrow_after_s
+    # Pods of an older attempt or of ended nodes, still there or terminating, are saving their checkpoint.
+    draining = any(being_deleted(p) for p in pods) or bool(leftover_pods(state, pods))
+    recently_rescaled = (
+        state.rescaled_at is not None and (now - state.rescaled_at).total_seconds() < regrow_after_s
+    )
     deadline = parse_deadline(spec.goals.deadline, created_at) if spec.goals.deadline else None
+    open_segment = state.open_segment
     return JobView(
         spec=spec,
-        status=JobStatus(status.get("state", JobStatus.PENDING)),
+        status=state.status,
         now=now,
         submitted_at=created_at,
         deadline=deadline,
-        attempt=attempt,
-        placement=placement_from(status.get("placement")),
-        nodes=tuple(nodes),
-        open_segment_nodes=open_nodes,
+        attempt=state.attempt,
+        placement=engine.placement_of(state.placement),
+        nodes=nodes,
+        open_segment_nodes=open_segment.nodes if open_segment else None,
         # Pods do not report training progress to the operator: all pods running stands in for it.
         progress=Progress(step=0) if all_running else None,
         progress_fresh=all_running,
         draining=draining,
-        preempted_in_attempt=bool(status.get("preemptedInAttempt")),
+        preempted_in_attempt=state.preempted_in_attempt
+        or any(n.notice_at is not None for n in state.attempt_nodes),
         # Kubernetes does not say how much spot capacity exists; after losing nodes assume none more
         # for ``regrow_after_s``, then try to grow again.
         spot_capacity=len(alive) if recently_rescaled else None,
         spot=candidates[0],
         on_demand=candidates[1],
-        cost_usd=segments_cost(segments, now),
-        restarts=int(status.get("restarts", 0)),
-        preemptions=int(status.get("preemptions", 0)),
+        cost_usd=state.cost_usd(now),
+        restarts=state.restarts,
+        preemptions=state.preemptions,
     )
 
 
-class _Applier:
-    """Applies actions to a copy of the status, collecting pod creations and deletions."""
-
-    def __init__(self, status: Mapping[str, Any], view: JobView, job: str, now: datetime) -> None:
-        self.status: dict[str, Any] = {k: v for k, v in status.items()}
-        self.status["segments"] = [dict(s) for s in status.get("segments", [])]
-        self.status["conditions"] = [dict(c) for c in status.get("conditions", [])]
-        self.view, self.job, self.now = view, job, now
-        self.create: list[int] = []
-        self.delete: list[str] = []
-        self.events: list[str] = []
-
-    def _placement(self) -> Placement | None:
-        return placement_from(self.status.get("placement"))
-
-    def _open(self, nodes: int) -> None:
-        placement = self._placement()
-        segment: dict[str, Any] = {
-            "start": iso(self.now),
-            "end": None,
-            "attempt": int(self.status.get("attempt", 0)),
-            "nodes": nodes,
-            "gpuType": placement.gpu_type if placement else "",
-            "market": str(placement.market) if placement else "",
-            "nodePriceUsdPerHour": placement.node_price_usd_per_hour if placement else 0.0,
-        }
-        if placement is not None:  # what `gpuctl status` shows of each segment on every backend
-            segment.update(
-                zone=placement.zone,
-                cloud=placement.cloud,
-                instanceType=placement.instance_type,
-                gpusPerNode=placement.gpus_per_node,
-                onDemandNodePriceUsdPerHour=placement.on_demand_node_price_usd_per_hour,
-                priceSource=placement.price_source,
-            )
-        self.status["segments"].append(segment)
-
-    def _alive(self) -> list[str]:
-        return [n.node_id for n in self.view.nodes if not n.phase.ended]
-
-    def apply(self, action: act.Action) -> None:
-        st, now = self.status, self.now
-        if isinstance(action, act.Transition):
-            st["state"] = str(action.target)
-            st["message"] = action.message
-            if action.reason is not None:
-                st["failureReason"] = str(action.reason)
-            self.events.append(f"{action.target}: {action.message}")
-            kind = _CONDITIONS.get(action.target)
-            if kind is not None:
-                set_condition(st, kind[0], kind[1], kind[0], action.message, now)
-            if action.target is not JobStatus.RUNNING:
-                set_condition(
-                    st, "Running", False, kind[0] if kind else str(action.target), action.message, now
-                )
-        elif isinstance(action, act.StartAttempt):
-            st["attempt"] = int(st.get("attempt", 0)) + 1
-            st["placement"] = {**asdict(action.placement), "market": str(action.placement.market)}
-            st.update(
-                gpuType=action.placement.gpu_type,
-                market=str(action.placement.market),
-                nodePriceUsdPerHour=action.placement.node_price_usd_per_hour,
-                desiredNodes=action.nodes,
-                endedNodes=[],
-                preemptedInAttempt=False,
-                rescaledAt=None,
-            )
-            self.create = list(range(action.nodes))
-            st["pods"] = [pod_name(self.job, i) for i in self.create]
-            self._open(action.nodes)
-        elif isinstance(action, act.StopNodes):
-            self.delete += list(action.node_ids) or self._alive()
-        elif isinstance(action, act.CloseSegment):
-            segs = st["segments"]
-            if segs and not segs[-1].get("end"):
-                segs[-1] = {**segs[-1], "end": iso(now), "endReason": action.reason}
-        elif isinstance(action, act.OpenSegment):
-            self._open(action.nodes)
-            st["desiredNodes"] = action.nodes
-            st["rescaledAt"] = iso(now)
-        elif isinstance(action, act.MarkNodesEnded):
-            st["endedNodes"] = [*st.get("endedNodes", []), *action.node_ids]
-            self.delete += [n for n in action.node_ids if n not in self.delete]
-        elif isinstance(action, act.CountPreemption):
-            st["preemptions"] = int(st.get("preemptions", 0)) + 1
-            st["preemptedInAttempt"] = True
-        elif isinstance(action, act.CountRestart):
-            st["restarts"] = int(st.get("restarts", 0)) + 1
-        elif isinstance(action, act.RecordEvent):
-            self.events.append(f"{action.kind}: {action.message}")
-
-
+# --- the decision --------------------------------------------------------------------------------
 def step(
     spec: JobSpec,
     status: Mapping[str, Any],
@@ -256,28 +232,89 @@ def step(
     now: datetime,
     regrow_after_s: float = 600.0,
 ) -> Decision:
-    """Run the controller's reconcile on the job until it asks for nothing but pure transitions."""
-    current: Mapping[str, Any] = status
-    create: list[int] = []
-    delete: list[str] = []
-    events: list[str] = []
+    """Reconcile, then :func:`engine.apply`, until the job asks for nothing but pure transitions."""
+    loaded = load_state(status, job)
+    seen = observe(loaded, pods, existing_nodes)
+    state = engine.record_notices(loaded, {n.node_id: n.notice_at for n in seen if n.notice_at})
+    events = [
+        JobEvent("preemption_notice", f"node {n.node_id} got the notice")
+        for n, before in zip(state.attempt_nodes, loaded.attempt_nodes, strict=True)
+        if n.notice_at is not None and before.notice_at is None
+    ]
+    effects: list[engine.Effect] = []
     for _ in range(MAX_PASSES):
-        view = build_view(spec, current, pods, existing_nodes, candidates, created_at, now, regrow_after_s)
+        view = build_view(spec, state, pods, existing_nodes, candidates, created_at, now, regrow_after_s)
         planned = reconcile(view)
         if not planned:
             break
-        applier = _Applier(current, view, job, now)
-        for action in planned:
-            applier.apply(action)
-        current = applier.status
-        create += applier.create
-        delete += [n for n in applier.delete if n not in delete]
-        events += applier.events
-        if applier.create or applier.delete or not all(isinstance(a, act.Transition) for a in planned):
+        alive = [n.node_id for n in view.nodes if not n.phase.ended]
+        applied = engine.apply(planned, state, job, alive, now)
+        state = applied.state
+        effects += applied.effects
+        events += applied.events
+        if applied.effects or not all(isinstance(a, act.Transition) for a in planned):
             break
-    final = dict(current)
-    ended = set(final.get("endedNodes", []))
-    final["nodes"] = len([p for p in final.get("pods", []) if p not in ended and p not in delete])
-    final["costUsd"] = segments_cost(final.get("segments", []), now)
-    final.setdefault("state", str(JobStatus.PENDING))
-    return Decision(final, tuple(create), tuple(delete), tuple(events))
+    return Decision(status_of(status, state, events, now), state, tuple(effects), event_messages(events))
+
+
+def status_of(
+    old: Mapping[str, Any], state: JobState, events: Sequence[JobEvent], now: datetime
+) -> dict[str, Any]:
+    """The GPUJob's ``.status`` for ``state``: the state, its display fields, and the conditions the
+    transitions in ``events`` set."""
+    status = with_state(old, state)
+    status["conditions"] = [dict(c) for c in old.get("conditions", [])]
+    for event in events:
+        if event.status is None:
+            continue
+        text = _transition_text(event)
+        kind = _CONDITIONS.get(event.status)
+        if kind is not None:
+            set_condition(status, kind[0], kind[1], kind[0], text, now)
+        if event.status is not JobStatus.RUNNING:
+            set_condition(status, "Running", False, kind[0] if kind else str(event.status), text, now)
+    if not status["conditions"]:
+        del status["conditions"]
+    placement = state.placement
+    if placement is not None:
+        status.update(
+            gpuType=placement.gpu_type,
+            market=placement.market,
+            zone=placement.zone,
+            nodePriceUsdPerHour=placement.node_price_usd_per_hour,
+        )
+    if state.segments:
+        status["desiredNodes"] = state.segments[-1].nodes
+    status["nodes"] = len(state.node_ids()) - len(state.node_ids(NodeLaunch.ENDED))
+    status["costUsd"] = round(state.cost_usd(now), 6)
+    return status
+
+
+def _transition_text(event: JobEvent) -> str:
+    """The reason a transition event gives (the engine writes ``OLD -> NEW: why``)."""
+    return event.message.partition(": ")[2] or event.message
+
+
+def event_messages(events: Sequence[JobEvent]) -> tuple[str, ...]:
+    """One Kubernetes Event message each; it starts with what the Event's reason is made of."""
+    return tuple(
+        f"{e.status}: {_transition_text(e)}" if e.status is not None else f"{e.kind}: {e.message}"
+        for e in events
+    )
+
+
+def fail(status: Mapping[str, Any], job: str, reason: FailureReason, message: str, now: datetime) -> Decision:
+    """End the job FAILED with ``reason`` through the engine: its nodes ended (their pods to delete),
+    its open segment closed, a ``Failed`` condition."""
+    state = load_state(status, job)
+    actions: list[act.Action] = [act.MarkNodesEnded(state.node_ids())]
+    if state.open_segment is not None:
+        actions.append(act.CloseSegment("failed"))
+    actions.append(act.Transition(JobStatus.FAILED, message, reason))
+    applied = engine.apply(actions, state, job, (), now)
+    return Decision(
+        status_of(status, applied.state, applied.events, now),
+        applied.state,
+        applied.effects,
+        event_messages(applied.events),
+    )

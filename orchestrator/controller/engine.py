@@ -79,6 +79,11 @@ def node_id(job_id: str, attempt: int, index: int) -> str:
     return f"{job_id}-a{attempt}-n{index}"
 
 
+def node_index(node_id: str) -> int:
+    """The index of a node in its attempt (the inverse of :func:`node_id`)."""
+    return int(node_id.rsplit("-n", 1)[1])
+
+
 def placement_state(placement: Placement) -> PlacementState:
     return PlacementState.model_validate({**asdict(placement), "market": placement.market.value})
 

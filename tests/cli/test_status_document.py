@@ -11,7 +11,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from operators.kubernetes.step import step
+from operators.kubernetes.step import step, with_state
 from orchestrator.backends.base import Placement
 from orchestrator.backends.slurm import SlurmClusterConfig, commands, status_from_slurm
 from orchestrator.catalog.offers import MarketKind
@@ -23,6 +23,7 @@ from orchestrator.cli.status_document import (
     status_json_schema,
 )
 from orchestrator.cli.views import summary_lines
+from orchestrator.controller import engine
 from orchestrator.spec import JobSpec
 from orchestrator.state.status import FailureReason, JobStatus
 from orchestrator.state.store import JobStore, StoreWrites
@@ -116,11 +117,13 @@ def test_kubernetes_status_validates(schema: dict[str, Any]) -> None:
                                    "resources": {"nodes": 1}, "market": {"mode": "spot"}})  # fmt: skip
 
     def pod(attempt: int, phase: str = "Running", **status: Any) -> dict[str, Any]:
-        labels = {"gpuctl.dev/job": "j", "gpuctl.dev/attempt": str(attempt)}
+        labels = {"gpuctl.dev/job": "j", "gpuctl.dev/attempt": str(attempt), "gpuctl.dev/node-index": "0"}
         return {"metadata": {"name": "j-n0", "labels": labels}, "status": {"phase": phase, **status}}
 
     def at(status: dict[str, Any], pods: list[dict[str, Any]], minutes: int) -> dict[str, Any]:
-        return step(spec, status, pods, None, (spot, od), "j", NOW, NOW + timedelta(minutes=minutes)).status
+        d = step(spec, status, pods, None, (spot, od), "j", NOW, NOW + timedelta(minutes=minutes))
+        assert d.state is not None  # the pods of LaunchNodes are created and recorded launched
+        return with_state(d.status, engine.mark_launched(d.state, d.launch))
 
     status = at({}, [], 0)
     status = at(status, [pod(1)], 1)

@@ -26,6 +26,7 @@ import yaml
 from orchestrator.errors import InternalError
 from orchestrator.spec import job_spec_json_schema
 from orchestrator.state.gpu_usage import GpuUsage, UsageTotals
+from orchestrator.state.job_state import JobState
 
 GROUP = "gpuctl.dev"
 VERSION = "v1alpha1"
@@ -192,67 +193,26 @@ def status_openapi_schema() -> dict[str, Any]:
             "lastTransitionTime": {"type": "string", "format": "date-time"},
         },
     }
-    segment = {
-        "type": "object",
-        "properties": {
-            "start": {"type": "string", "format": "date-time"},
-            "end": {"type": "string", "format": "date-time", "nullable": True},
-            "nodes": {"type": "integer"},
-            "gpuType": {"type": "string"},
-            "market": {"type": "string"},
-            "nodePriceUsdPerHour": {"type": "number"},
-            "endReason": {"type": "string"},
-            "attempt": {"type": "integer"},
-            "zone": {"type": "string"},
-            "cloud": {"type": "string"},
-            "instanceType": {"type": "string"},
-            "gpusPerNode": {"type": "integer"},
-            "onDemandNodePriceUsdPerHour": {"type": "number"},
-            "priceSource": {"type": "string"},
-        },
-    }
     return {
         "type": "object",
         "description": "all job state lives here: the operator keeps none of its own",
         "properties": {
-            "state": {"type": "string", "description": "a gpuctl JobStatus such as RUNNING"},
-            "message": {"type": "string"},
+            **state_openapi_schema()["properties"],
             "gpuType": {"type": "string"},
             "market": {"type": "string"},
+            "zone": {"type": "string"},
             "nodePriceUsdPerHour": {"type": "number"},
-            "nodes": {"type": "integer", "description": "pods running now"},
+            "nodes": {"type": "integer", "description": "nodes of the attempt not ended (pods)"},
             "desiredNodes": {"type": "integer"},
-            "attempt": {"type": "integer"},
-            "restarts": {"type": "integer"},
-            "preemptions": {"type": "integer"},
             "costUsd": {"type": "number"},
             "observedGeneration": {"type": "integer"},
-            "failureReason": {"type": "string"},
             "user": {
                 "type": "string",
                 "description": "who the job's cost goes to: its namespace, whatever spec.user says",
             },
-            "placement": {
-                "type": "object",
-                "description": "placement of the current attempt",
-                "properties": {
-                    "gpu_type": {"type": "string"},
-                    "market": {"type": "string"},
-                    "cloud": {"type": "string"},
-                    "region": {"type": "string"},
-                    "zone": {"type": "string"},
-                    "instance_type": {"type": "string"},
-                    "gpus_per_node": {"type": "integer"},
-                    "node_price_usd_per_hour": {"type": "number"},
-                    "on_demand_node_price_usd_per_hour": {"type": "number"},
-                    "price_source": {"type": "string"},
-                },
-            },
-            "pods": {"type": "array", "items": {"type": "string"}, "description": "pods of the attempt"},
-            "endedNodes": {"type": "array", "items": {"type": "string"}},
-            "preemptedInAttempt": {"type": "boolean"},
-            "rescaledAt": {"type": "string", "format": "date-time", "nullable": True},
-            "segments": {"type": "array", "items": segment},
+            # Written by operators before the engine (pod names); read once, so kept for upgrades.
+            "pods": {"type": "array", "items": {"type": "string"}, "description": "deprecated: attemptNodes"},
+            "endedNodes": {"type": "array", "items": {"type": "string"}, "description": "deprecated"},
             "conditions": {
                 "type": "array",
                 "items": condition,
@@ -262,6 +222,24 @@ def status_openapi_schema() -> dict[str, Any]:
             **gpu_usage_schemas(),
         },
     }
+
+
+def _without_keys(node: Any, keys: frozenset[str]) -> Any:
+    if isinstance(node, dict):
+        return {k: _without_keys(v, keys) for k, v in node.items() if k not in keys}
+    if isinstance(node, list):
+        return [_without_keys(v, keys) for v in node]
+    return node
+
+
+def state_openapi_schema() -> dict[str, Any]:
+    """The job state's part of a GPUJob's status, generated from :meth:`JobState.status_schema`: every
+    key the engine's state writes (the API server prunes the others). No defaults (the API server
+    would fill them into every status) and nothing required (unset fields are left out)."""
+    schema = JobState.status_schema()
+    structural = to_structural(schema, schema.get("$defs", {}))
+    found: dict[str, Any] = _without_keys(structural, frozenset({"default", "required"}))
+    return found
 
 
 def gpujob_crd() -> dict[str, Any]:
