@@ -55,6 +55,42 @@ ENV_NOTICE_FILE = "GPUCTL_NOTICE_FILE"
 monitor sidecar, which polls the cloud's metadata endpoint, on backends where it cannot signal)."""
 
 
+def training_env(
+    *,
+    job_id: str,
+    checkpoint_dir: str,
+    progress_file: str,
+    keep: int,
+    every_steps: int | None = None,
+    every_seconds: float | None = None,
+    global_batch: int | None = None,
+    attempt: int | None = None,
+    node_id: str | None = None,
+    notice_file: str | None = None,
+    notice_signal: str = DEFAULT_NOTICE_SIGNAL.name,
+) -> dict[str, str]:
+    """The contract's variables for one node: the one builder every backend uses (local processes,
+    the SLURM batch script, Kubernetes pods). Unknown values are left out (SLURM's script computes the
+    attempt itself; only Kubernetes has a notice file)."""
+    env = {
+        ENV_JOB_ID: job_id,
+        ENV_CHECKPOINT_DIR: checkpoint_dir,
+        ENV_CHECKPOINT_KEEP: str(keep),
+        ENV_PROGRESS_FILE: progress_file,
+        ENV_NOTICE_SIGNAL: notice_signal,
+    }
+    optional = {
+        ENV_ATTEMPT: attempt,
+        ENV_NODE_ID: node_id,
+        ENV_NOTICE_FILE: notice_file,
+        ENV_CHECKPOINT_EVERY_STEPS: every_steps,
+        ENV_CHECKPOINT_EVERY_SECONDS: None if every_seconds is None else f"{every_seconds:g}",
+        ENV_GLOBAL_BATCH: global_batch,
+    }
+    env.update({name: str(value) for name, value in optional.items() if value is not None})
+    return env
+
+
 def parse_progress_records(text: str) -> list[dict[str, Any]]:
     """The records of progress-file text, in order; a line that is not one JSON object is skipped."""
     records = []

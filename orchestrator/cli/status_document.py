@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from orchestrator.backends.base import Progress
 from orchestrator.backends.slurm import SlurmJobStatus
 from orchestrator.state.gpu_usage import GpuUsage
-from orchestrator.state.records import JobRecord, SegmentRecord
+from orchestrator.state.records import JobRecord, SegmentRecord, segment_cost_usd
 from orchestrator.state.status import JobStatus
 
 SCHEMA_ID = "https://gpuctl.dev/schemas/status-document.json"
@@ -187,9 +187,9 @@ def _gpujob_segment(seg: dict[str, Any], now: datetime) -> tuple[SegmentDoc, flo
         instance_type=seg.get("instanceType"), cloud=seg.get("cloud"), zone=seg.get("zone"), nodes=nodes,
         gpus_per_node=gpus, started_at=start.isoformat(), ended_at=_iso(end), end_reason=seg.get("endReason"),
         node_price_usd_per_hour=price, price_source=seg.get("priceSource"),
-        cost_usd=_money(hours * nodes * float(price or 0.0)),
+        cost_usd=_money(segment_cost_usd(hours, nodes, float(price or 0.0))),
     )  # fmt: skip
-    on_demand = hours * nodes * float(od_price) if od_price is not None else None
+    on_demand = segment_cost_usd(hours, nodes, float(od_price)) if od_price is not None else None
     gpu_hours = hours * nodes * int(gpus) if gpus is not None else None
     return doc, on_demand, gpu_hours
 

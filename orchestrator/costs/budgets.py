@@ -22,7 +22,7 @@ import yaml
 from orchestrator.costs.ledger import Window, segment_cost
 from orchestrator.errors import UserError
 from orchestrator.spec.model import JobSpec
-from orchestrator.state.records import JobRecord, SegmentRecord
+from orchestrator.state.records import JobRecord, SegmentRecord, segment_cost_usd
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,9 @@ def gpujob_month_spent(gpujobs: Iterable[Mapping[str, Any]], team: str, now: dat
             start = max(_when(str(seg["start"])), window.start)
             end = min(_when(str(seg["end"])) if seg.get("end") else now, window.end, now)
             hours = max(0.0, (end - start).total_seconds() / 3600.0)
-            total += hours * float(seg.get("nodes", 0)) * float(seg.get("nodePriceUsdPerHour") or 0.0)
+            total += segment_cost_usd(
+                hours, int(seg.get("nodes", 0)), float(seg.get("nodePriceUsdPerHour") or 0.0)
+            )
     return total
 
 

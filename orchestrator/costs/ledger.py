@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from orchestrator.errors import UserError
-from orchestrator.state.records import JobRecord, SegmentRecord
+from orchestrator.state.records import JobRecord, SegmentRecord, segment_cost_usd
 
 
 @dataclass(frozen=True)
@@ -70,8 +70,8 @@ def segment_cost(seg: SegmentRecord, now: datetime, window: Window | None = None
         segment=seg,
         hours=hours,
         gpu_hours=hours * seg.gpus,
-        cost_usd=hours * seg.nodes * seg.node_price_usd_per_hour,
-        on_demand_usd=hours * seg.nodes * seg.on_demand_node_price_usd_per_hour,
+        cost_usd=segment_cost_usd(hours, seg.nodes, seg.node_price_usd_per_hour),
+        on_demand_usd=segment_cost_usd(hours, seg.nodes, seg.on_demand_node_price_usd_per_hour),
     )
 
 

@@ -23,17 +23,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from orchestrator.state.records import segment_cost_usd, segment_hours
 from orchestrator.state.status import FailureReason, JobStatus
-
-
-def segment_hours(started_at: datetime, ended_at: datetime | None, now: datetime) -> float:
-    """Hours a segment held its nodes (an open one: until ``now``)."""
-    return max(0.0, ((ended_at or now) - started_at).total_seconds() / 3600.0)
-
-
-def segment_cost_usd(hours: float, nodes: int, node_price_usd_per_hour: float) -> float:
-    """The one cost formula of the ledger: node-hours times the price per node-hour."""
-    return hours * nodes * node_price_usd_per_hour
 
 
 class _Model(BaseModel):

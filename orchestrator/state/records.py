@@ -8,6 +8,16 @@ from datetime import datetime
 from orchestrator.state.status import FailureReason, JobStatus
 
 
+def segment_hours(started_at: datetime, ended_at: datetime | None, now: datetime) -> float:
+    """Hours a segment held its nodes (an open one: until ``now``)."""
+    return max(0.0, ((ended_at or now) - started_at).total_seconds() / 3600.0)
+
+
+def segment_cost_usd(hours: float, nodes: int, node_price_usd_per_hour: float) -> float:
+    """The one cost formula of the ledger: node-hours times the price per node-hour."""
+    return hours * nodes * node_price_usd_per_hour
+
+
 @dataclass(frozen=True)
 class JobRecord:
     id: str
@@ -58,14 +68,13 @@ class SegmentRecord:
         return self.nodes * self.gpus_per_node
 
     def hours(self, now: datetime) -> float:
-        end = self.ended_at or now
-        return max(0.0, (end - self.started_at).total_seconds() / 3600.0)
+        return segment_hours(self.started_at, self.ended_at, now)
 
     def cost_usd(self, now: datetime) -> float:
-        return self.hours(now) * self.nodes * self.node_price_usd_per_hour
+        return segment_cost_usd(self.hours(now), self.nodes, self.node_price_usd_per_hour)
 
     def on_demand_equivalent_usd(self, now: datetime) -> float:
-        return self.hours(now) * self.nodes * self.on_demand_node_price_usd_per_hour
+        return segment_cost_usd(self.hours(now), self.nodes, self.on_demand_node_price_usd_per_hour)
 
 
 @dataclass(frozen=True)

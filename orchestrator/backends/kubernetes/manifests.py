@@ -196,22 +196,18 @@ def _user_env_var(name: str, value: str | SecretRef | FromEnv) -> dict[str, Any]
 
 def _env(spec: JobSpec, job: str, attempt: int, name: str, config: KubeConfig) -> list[dict[str, Any]]:
     ckpt = spec.checkpoint
-    values: dict[str, str] = {
-        contract.ENV_JOB_ID: job,
-        contract.ENV_ATTEMPT: str(attempt),
-        contract.ENV_NODE_ID: name,
-        contract.ENV_CHECKPOINT_DIR: checkpoint_dir(spec, job, config),
-        contract.ENV_CHECKPOINT_KEEP: str(ckpt.keep),
-        contract.ENV_PROGRESS_FILE: PROGRESS_FILE,
-        contract.ENV_NOTICE_FILE: NOTICE_FILE,
-        contract.ENV_NOTICE_SIGNAL: "SIGTERM",
-    }
-    if ckpt.every_steps is not None:
-        values[contract.ENV_CHECKPOINT_EVERY_STEPS] = str(ckpt.every_steps)
-    if ckpt.every is not None:
-        values[contract.ENV_CHECKPOINT_EVERY_SECONDS] = str(int(parse_duration(ckpt.every).total_seconds()))
-    if spec.policies.global_batch is not None:
-        values[contract.ENV_GLOBAL_BATCH] = str(spec.policies.global_batch)
+    values = contract.training_env(
+        job_id=job,
+        attempt=attempt,
+        node_id=name,
+        checkpoint_dir=checkpoint_dir(spec, job, config),
+        keep=ckpt.keep,
+        every_steps=ckpt.every_steps,
+        every_seconds=int(parse_duration(ckpt.every).total_seconds()) if ckpt.every is not None else None,
+        global_batch=spec.policies.global_batch,
+        progress_file=PROGRESS_FILE,
+        notice_file=NOTICE_FILE,
+    )
     check_kube_env(spec, f"job '{spec.name}'")
     user_env = [_user_env_var(k, v) for k, v in spec.env.items() if k not in values]
     return user_env + [{"name": k, "value": v} for k, v in values.items()]

@@ -105,22 +105,18 @@ class LocalBackend:
             "PYTHONPATH": _pythonpath(),
             "PYTHONUNBUFFERED": "1",
             "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
-            contract.ENV_JOB_ID: request.job_id,
-            contract.ENV_ATTEMPT: str(request.attempt),
-            contract.ENV_NODE_ID: node_id,
-            contract.ENV_CHECKPOINT_DIR: request.checkpoint_dir,
-            contract.ENV_CHECKPOINT_KEEP: str(spec.checkpoint.keep),
-            contract.ENV_PROGRESS_FILE: str(request.job_dir / "progress.jsonl"),
-            contract.ENV_NOTICE_SIGNAL: "SIGTERM",
+            **contract.training_env(
+                job_id=request.job_id,
+                attempt=request.attempt,
+                node_id=node_id,
+                checkpoint_dir=request.checkpoint_dir,
+                keep=spec.checkpoint.keep,
+                every_steps=spec.checkpoint.every_steps,
+                every_seconds=parse_duration(spec.checkpoint.every).total_seconds() if spec.checkpoint.every else None,
+                global_batch=spec.policies.global_batch,
+                progress_file=str(request.job_dir / "progress.jsonl"),
+            ),
         }
-        if spec.checkpoint.every_steps:
-            env[contract.ENV_CHECKPOINT_EVERY_STEPS] = str(spec.checkpoint.every_steps)
-        if spec.checkpoint.every:
-            env[contract.ENV_CHECKPOINT_EVERY_SECONDS] = str(
-                parse_duration(spec.checkpoint.every).total_seconds()
-            )
-        if spec.policies.global_batch:
-            env[contract.ENV_GLOBAL_BATCH] = str(spec.policies.global_batch)
         if spec.setup:
             env["GPUCTL_SETUP"] = spec.setup
         runner = [sys.executable, "-m", "orchestrator.backends.local.node_runner", str(node_dir)]

@@ -142,22 +142,16 @@ def sbatch_options(
 def contract_env(request: LaunchRequest) -> dict[str, str]:
     """The :mod:`orchestrator.contract` variables (the attempt number is computed in the script)."""
     spec = request.spec
-    env = {
-        contract.ENV_JOB_ID: request.job_id,
-        contract.ENV_CHECKPOINT_DIR: request.checkpoint_dir,
-        contract.ENV_CHECKPOINT_KEEP: str(spec.checkpoint.keep),
-        contract.ENV_PROGRESS_FILE: str(progress_path(request.job_dir)),
-        contract.ENV_NOTICE_SIGNAL: contract.DEFAULT_NOTICE_SIGNAL.name,
-    }
-    if spec.checkpoint.every_steps:
-        env[contract.ENV_CHECKPOINT_EVERY_STEPS] = str(spec.checkpoint.every_steps)
-    if spec.checkpoint.every:
-        env[contract.ENV_CHECKPOINT_EVERY_SECONDS] = str(
-            int(parse_duration(spec.checkpoint.every).total_seconds())
-        )
-    if spec.policies.global_batch:
-        env[contract.ENV_GLOBAL_BATCH] = str(spec.policies.global_batch)
-    return env
+    every = spec.checkpoint.every
+    return contract.training_env(
+        job_id=request.job_id,
+        checkpoint_dir=request.checkpoint_dir,
+        keep=spec.checkpoint.keep,
+        every_steps=spec.checkpoint.every_steps,
+        every_seconds=int(parse_duration(every).total_seconds()) if every else None,
+        global_batch=spec.policies.global_batch,
+        progress_file=str(progress_path(request.job_dir)),
+    )
 
 
 _STEP_LOOP = """\
