@@ -20,6 +20,7 @@ from datetime import datetime
 
 from orchestrator.backends.base import Placement, Progress
 from orchestrator.policies import DEFAULT_POLICY, MarketContext, ZoneHistory, market_policy
+from orchestrator.policies.rescale import rescale_target
 from orchestrator.spec import JobSpec, MarketMode, parse_duration
 
 
@@ -170,7 +171,8 @@ def work_hours(spec: JobSpec, progress: Progress | None, run_h: float) -> tuple[
 
 
 def _spot(spec: JobSpec, zone: ZoneMarket, why: str) -> MarketChoice:
-    return MarketChoice(zone.spot, min(_offered(zone, spec), spec.resources.max_nodes), why)
+    res = spec.resources  # the simulator sizes spot runs with the same function (rescale_targets)
+    return MarketChoice(zone.spot, rescale_target(_offered(zone, spec), res.min_nodes, res.max_nodes, 0), why)
 
 
 def _offered(zone: ZoneMarket, spec: JobSpec) -> int:

@@ -6,9 +6,7 @@ import pytest
 
 from orchestrator.catalog.offers import MarketKind, Offer
 from orchestrator.errors import PermanentError, UserError
-from orchestrator.policies.context import MarketDecision
 from orchestrator.policies.rescale import relative_throughput, rescale_target
-from orchestrator.policies.resume import CheckpointInfo, plan_resume
 from orchestrator.policies.rightsize import GpuMeasurement, right_size
 
 
@@ -62,20 +60,3 @@ def test_rescale_target_and_throughput() -> None:
         rescale_target(3, 3, 2, 0)
 
 
-def test_resume_from_newest_complete_checkpoint() -> None:
-    cks = [
-        CheckpointInfo(100, "ck/100", True),
-        CheckpointInfo(200, "ck/200", True),
-        CheckpointInfo(300, "ck/300", False),
-    ]
-    plan = plan_resume(
-        cks, MarketDecision("spot", "a", "p"), min_nodes=2, max_nodes=4, spot_nodes_available=3
-    )
-    assert plan.checkpoint == cks[1] and plan.nodes == 3 and plan.zone == "a"
-    assert "skipping 1 newer incomplete" in plan.reason
-    od = plan_resume(
-        [], MarketDecision("on-demand", None, "p"), min_nodes=1, max_nodes=2, spot_nodes_available=0
-    )
-    assert od.checkpoint is None and od.nodes == 2 and "beginning" in od.reason
-    few = plan_resume(cks, MarketDecision("spot", "a", "p"), min_nodes=2, max_nodes=4, spot_nodes_available=1)
-    assert few.market is None and few.nodes == 0
