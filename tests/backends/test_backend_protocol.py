@@ -1,4 +1,5 @@
-"""Every backend offers the controller exactly the methods of the Backend protocol, same signatures."""
+"""Every backend the driver hosts (and the test kit's simulated one) offers exactly the methods of the
+Backend protocol, same signatures."""
 
 from __future__ import annotations
 
@@ -7,14 +8,15 @@ import inspect
 import pytest
 
 from orchestrator.backends.base import Backend
-from orchestrator.backends.kubernetes.backend import KubernetesBackend
 from orchestrator.backends.local.backend import LocalBackend
 from orchestrator.backends.slurm.backend import SlurmBackend
+from orchestrator.testing import SimulatedBackend
 
 PROTOCOL_METHODS = ["launch", "observe", "own_placements", "spot_capacity", "tick", "stop", "log_paths"]
 
 
-@pytest.mark.parametrize("backend", [LocalBackend, SlurmBackend, KubernetesBackend])
+# Kubernetes has no Backend object: the operator hosts the engine itself (pods are its effects).
+@pytest.mark.parametrize("backend", [LocalBackend, SlurmBackend, SimulatedBackend])
 @pytest.mark.parametrize("method", PROTOCOL_METHODS)
 def test_backend_matches_the_protocol(backend: type, method: str) -> None:
     want = list(inspect.signature(getattr(Backend, method)).parameters)

@@ -1,7 +1,7 @@
 """Talking to a Kubernetes API server with the official ``kubernetes`` client.
 
-Used by ``gpuctl submit --backend kubernetes`` (GPUJob functions) and by the operator and
-:class:`~orchestrator.backends.kubernetes.backend.KubernetesBackend` (pods, services, nodes).
+Used by ``gpuctl submit --backend kubernetes`` (GPUJob functions) and by the operator (pods,
+services, nodes).
 Every :class:`ApiException` is mapped to :mod:`orchestrator.errors` here, at the boundary.
 """
 

@@ -1,6 +1,6 @@
 """Pure builders: job spec + placement -> pod manifests (one pod per node) and a headless Service.
 
-Nothing here talks to a cluster; the operator and :class:`KubernetesBackend` send what these return.
+Nothing here talks to a cluster; the operator sends what these return.
 
 Names: a GPUJob's name may be any DNS-1123 subdomain (253 characters, dots allowed, a digit first),
 but a Service name must be a DNS-1035 label (63 characters, a letter first) and a label value at most
