@@ -91,6 +91,7 @@ class KubernetesBackend:
                 config=self.config,
                 owner=owner,
                 name=name,
+                attempt_nodes=request.attempt_nodes or len(request.node_ids),
             )
             client.create_pod(pod, self.api, uid)
 
