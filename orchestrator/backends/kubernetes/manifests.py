@@ -360,7 +360,9 @@ def build_pod(
     queue = config.queue_for(spec.queue)
     if queue is not None:
         if attempt_nodes is None or attempt_nodes < 1:
-            raise InternalError(f"job '{job}' has Kueue queue '{queue}' but no attempt size for its pod group")
+            raise InternalError(
+                f"job '{job}' has Kueue queue '{queue}' but no attempt size for its pod group"
+            )
         kueue_labels, annotations = kueue_metadata(
             queue, job, attempt, attempt_nodes, owner.uid if owner else None
         )

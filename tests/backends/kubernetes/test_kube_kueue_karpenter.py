@@ -5,12 +5,16 @@ controller runs in these tests."""
 
 from __future__ import annotations
 
+import asyncio
 import re
+from dataclasses import replace
 from typing import Any
 
+import kubernetes.client as k8s
 import kubernetes_validate
 import pytest
 
+from orchestrator.backends.kubernetes.backend import KubernetesBackend
 from orchestrator.backends.kubernetes.config import KubeConfig
 from orchestrator.backends.kubernetes.manifests import (
     KARPENTER_DO_NOT_DISRUPT,
@@ -20,7 +24,10 @@ from orchestrator.backends.kubernetes.manifests import (
 )
 from orchestrator.errors import InternalError, SpecError, UserError
 from orchestrator.spec import JobSpec, load_spec_text
+from tests.backends.kubernetes.test_kube_backend import api, request  # the kmock fixture
 from tests.backends.kubernetes.test_kube_manifests import KUBE_VERSION, placement, spec
+
+__all__ = ["api"]
 
 DNS_1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 
@@ -138,3 +145,25 @@ def test_a_good_queue_name_is_kept() -> None:
 def test_a_bad_chart_default_queue_is_refused() -> None:
     with pytest.raises(UserError, match="kueueQueue"):
         KubeConfig.from_dict({"kueue_queue": "Not A Queue"})
+
+
+async def pods_in_ml(api: k8s.ApiClient) -> list[dict[str, Any]]:
+    listing = await asyncio.to_thread(k8s.CoreV1Api(api).list_namespaced_pod, "ml")
+    return [api.sanitize_for_serialization(p) for p in listing.items]
+
+
+@pytest.mark.asyncio
+async def test_the_backend_sizes_the_group_by_the_whole_attempt(api: k8s.ApiClient) -> None:
+    """After a controller restart only the nodes still to start are launched: the group keeps the
+    attempt's size (``attempt_nodes``), else the launched nodes are the whole attempt."""
+    backend = KubernetesBackend(KubeConfig(namespace="ml", kueue_queue="shared"), api)
+    await asyncio.to_thread(backend.launch, replace(request(["job1-a1-n1"]), attempt_nodes=2))
+    (restarted,) = await pods_in_ml(api)
+    assert restarted["metadata"]["annotations"]["kueue.x-k8s.io/pod-group-total-count"] == "2"
+    assert restarted["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "shared"
+    await asyncio.to_thread(backend.stop, "job1", 1, [], 0.0)
+    await asyncio.to_thread(backend.launch, request(["job1-a1-n0", "job1-a1-n1"]))
+    counts = [
+        p["metadata"]["annotations"]["kueue.x-k8s.io/pod-group-total-count"] for p in await pods_in_ml(api)
+    ]
+    assert counts == ["2", "2"]
