@@ -246,6 +246,7 @@ class _Pods:
                 node_index=index,
                 config=self.config,
                 owner=self.owner,
+                attempt_nodes=len(state.attempt_nodes),
             )
             client.create_pod(pod, self.api, self.owner.uid)
             created.append(node)

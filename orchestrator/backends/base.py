@@ -97,6 +97,9 @@ class LaunchRequest:
     checkpoint_dir: str
     job_dir: Path
     """Folder for this job's logs and files on the controller's machine."""
+    attempt_nodes: int | None = None
+    """How many nodes the whole attempt has (``node_ids`` may be only the ones still to start, after a
+    restart of the controller); None: ``node_ids`` are all of them."""
 
 
 @dataclass(frozen=True)

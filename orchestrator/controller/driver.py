@@ -269,6 +269,7 @@ class Driver:
             max_nodes=spec.resources.max_nodes,
             checkpoint_dir=spec.checkpoint.path or str(job_dir / "checkpoints"),
             job_dir=job_dir,
+            attempt_nodes=len(state.attempt_nodes),
         )
         self.backend.launch(request)
         launched = engine.mark_launched(state, node_ids)

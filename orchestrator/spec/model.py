@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import getpass
 import os
+import re
 import shlex
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -46,6 +47,8 @@ from orchestrator.spec.limits import (
 )
 
 NAME_PATTERN = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
+QUEUE_NAME_MAX = 63
+"""A Kueue LocalQueue name travels in a pod label value: a DNS-1123 label, 63 characters at most."""
 DEVICE_ENV_NAMES = frozenset(
     {
         "CUDA_VISIBLE_DEVICES",
@@ -268,6 +271,13 @@ class JobSpec(_Strict):
     ] = {}
     setup: Text | None = Field(default=None, description="shell commands run once per node before training")
     image: Line | None = Field(default=None, description="container image (Kubernetes)")
+    queue: Annotated[
+        Annotated[str, Field(max_length=QUEUE_NAME_MAX, pattern=NAME_PATTERN)] | None,
+        Field(
+            description="Kueue LocalQueue of the job's namespace (Kubernetes): the pods of each attempt are "
+            "admitted together under its quota; the chart's kueueQueue when unset",
+        ),
+    ] = None
     resources: Resources = Resources()
     market: Market = Market()
     goals: Goals = Goals()
@@ -287,6 +297,18 @@ class JobSpec(_Strict):
             ) from None
         if not tokens:
             raise ValueError("command is empty; give the training script, e.g. 'train.py --epochs 3'")
+        return v
+
+    @field_validator("queue", mode="before")
+    @classmethod
+    def _queue_name(cls, v: Any) -> Any:
+        """Before the pattern check, so that the message says what a queue name is."""
+        if isinstance(v, str) and not re.fullmatch(NAME_PATTERN, v):
+            raise ValueError(
+                f"{shown(v)} is not a Kueue LocalQueue name; give the name of a LocalQueue in the job's "
+                f"namespace: at most {QUEUE_NAME_MAX} lowercase letters, digits and '-', starting and ending "
+                "with a letter or digit"
+            )
         return v
 
     @field_validator("env")

@@ -29,6 +29,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "imagePullSecrets": [{"name": "regcred"}],
         "tolerations": [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}],
         "trainerSecurityContext": {"runAsUser": 1000},
+        "kueueQueue": "team-a",
+        "karpenterDoNotDisrupt": False,
     },
     "no-rbac": {"rbac": {"create": False}, "serviceAccount": {"create": False, "name": "existing"}},
 }
@@ -139,6 +141,9 @@ def test_config_map_feeds_the_backend_settings(rendered: dict[str, list[dict[str
     (cm,) = by_kind(rendered["default"], "ConfigMap")
     default = KubeConfig.from_dict(json.loads(cm["data"]["operator.json"]))
     assert default.trainer_security_context == RESTRICTED_SECURITY_CONTEXT
+    # Kueue only when the chart names a queue; Karpenter's do-not-disrupt unless turned off.
+    assert (default.kueue_queue, default.karpenter_do_not_disrupt) == (None, True)
+    assert (config.kueue_queue, config.karpenter_do_not_disrupt) == ("team-a", False)
 
 
 def test_optional_service_monitor_and_pvcs(rendered: dict[str, list[dict[str, Any]]]) -> None:
@@ -159,6 +164,9 @@ def test_optional_service_monitor_and_pvcs(rendered: dict[str, list[dict[str, An
         {"metrics": {"port": 0}},
         {"unknownKey": 1},
         {"watchNamespaces": ["Not_A_Namespace"]},
+        {"kueueQueue": "Team A"},
+        {"kueueQueue": "q" * 64},
+        {"karpenterDoNotDisrupt": "yes"},
     ],
 )
 def test_values_schema_rejects_bad_values(bad: dict[str, Any]) -> None:

@@ -7,12 +7,14 @@ the common node provisioners; the Helm chart passes overrides as JSON (``KubeCon
 from __future__ import annotations
 
 import copy
+import re
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 from orchestrator import __version__
 from orchestrator.catalog.offers import MarketKind
 from orchestrator.errors import UserError
+from orchestrator.spec.model import NAME_PATTERN
 
 IMAGE_REPOSITORY = "ghcr.io/gpuctl/gpuctl"
 GPUCTL_IMAGE = f"{IMAGE_REPOSITORY}:{__version__}"
@@ -91,6 +93,24 @@ class KubeConfig:
     cannot change it. Images must then run as a numeric non-root USER, or this sets ``runAsUser``."""
     regrow_after_s: float = 600.0
     """An elastic job running below ``max`` nodes asks for the missing ones again after this long."""
+    kueue_queue: str | None = None
+    """Kueue LocalQueue of jobs whose spec names no ``queue`` (the chart's ``kueueQueue``); None: such
+    jobs' pods carry no Kueue labels."""
+    karpenter_do_not_disrupt: bool = True
+    """Mark training pods ``karpenter.sh/do-not-disrupt`` (the chart's ``karpenterDoNotDisrupt``): no
+    consolidation or drift replaces a node under a running attempt."""
+
+    def __post_init__(self) -> None:
+        if self.kueue_queue is not None and not re.fullmatch(NAME_PATTERN, self.kueue_queue):
+            raise UserError(
+                f"kueueQueue '{self.kueue_queue[:80]}' is not a Kueue LocalQueue name",
+                "set kueueQueue in the chart values to a LocalQueue name (at most 63 lowercase letters, "
+                "digits and '-', starting and ending with a letter or digit), or to null",
+            )
+
+    def queue_for(self, spec_queue: str | None) -> str | None:
+        """The Kueue LocalQueue of a job: its spec's ``queue``, else this default (None: no Kueue)."""
+        return spec_queue or self.kueue_queue
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> KubeConfig:

@@ -34,6 +34,15 @@ LABEL_NODE_INDEX = "gpuctl.dev/node-index"
 LABEL_MANAGED = "app.kubernetes.io/managed-by"
 ANNOTATION_JOB = "gpuctl.dev/job-name"
 """The whole job name (the job label holds a derived one when the name is too long for a label)."""
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+KUEUE_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
+KUEUE_GROUP_COUNT_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
+KUEUE_RETRIABLE_ANNOTATION = "kueue.x-k8s.io/retriable-in-group"
+KUEUE_ROLE_HASH_ANNOTATION = "kueue.x-k8s.io/role-hash"
+KUEUE_ROLE = "trainer"
+"""Every pod of an attempt has one role (one PodSet of the Workload), whatever Kueue would hash from
+its labels: the node-index label differs from pod to pod, and a Workload holds at most 8 PodSets."""
+KARPENTER_DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
 TRAINER = "trainer"
 MONITOR = "monitor"
 SHARED_DIR = "/gpuctl/shared"
@@ -92,6 +101,32 @@ def service_name(job: str) -> str:
 
 def pod_name(job: str, node_index: int) -> str:
     return derived_name(job, f"-n{node_index}")
+
+
+def pod_group_name(job: str, attempt: int, owner_uid: str | None = None) -> str:
+    """The Kueue pod group (and Workload) name of one attempt: ``JOB-aATTEMPT``, with 6 hex digits of
+    the GPUJob's uid when known, so that a GPUJob deleted and created again under the same name never
+    meets the Workload of its predecessor's attempt. A DNS-1035 label (a label value and a CRD name)."""
+    suffix = f"-a{attempt}" + (f"-{name_hash(owner_uid)[:6]}" if owner_uid else "")
+    return derived_name(job, suffix)
+
+
+def kueue_metadata(
+    queue: str, job: str, attempt: int, attempt_nodes: int, owner_uid: str | None
+) -> tuple[dict[str, str], dict[str, str]]:
+    """Labels and annotations that make Kueue admit an attempt's pods as one group in ``queue``.
+
+    Kueue's pod webhook adds the ``kueue.x-k8s.io/admission`` scheduling gate itself (and removes it
+    on admission); gpuctl does not, so pods in a namespace Kueue does not manage are never stranded.
+    A failed pod of an attempt is never replaced in its group (the next attempt is a new group), so
+    the group is not retriable: Kueue ends the Workload, releasing the quota, once its pods are done."""
+    labels = {KUEUE_QUEUE_LABEL: queue, KUEUE_GROUP_LABEL: pod_group_name(job, attempt, owner_uid)}
+    annotations = {
+        KUEUE_GROUP_COUNT_ANNOTATION: str(attempt_nodes),
+        KUEUE_RETRIABLE_ANNOTATION: "false",
+        KUEUE_ROLE_HASH_ANNOTATION: KUEUE_ROLE,
+    }
+    return labels, annotations
 
 
 def node_hostname(node_index: int) -> str:
@@ -309,10 +344,28 @@ def build_pod(
     config: KubeConfig,
     owner: Owner | None = None,
     name: str | None = None,
+    attempt_nodes: int | None = None,
 ) -> dict[str, Any]:
-    """The pod of one node of an attempt; ``name`` defaults to :func:`pod_name` (``JOB-nINDEX``)."""
+    """The pod of one node of an attempt; ``name`` defaults to :func:`pod_name` (``JOB-nINDEX``).
+
+    ``attempt_nodes``: how many nodes the whole attempt has (the Kueue group's size); needed when the
+    job has a Kueue queue (:meth:`KubeConfig.queue_for`)."""
     name = name or pod_name(job, node_index)
     labels = {**job_labels(job), LABEL_ATTEMPT: str(attempt), LABEL_NODE_INDEX: str(node_index)}
+    annotations: dict[str, str] = {}
+    queue = config.queue_for(spec.queue)
+    if queue is not None:
+        if attempt_nodes is None or attempt_nodes < 1:
+            raise InternalError(
+                f"job '{job}' has Kueue queue '{queue}' but no attempt size for its pod group"
+            )
+        kueue_labels, annotations = kueue_metadata(
+            queue, job, attempt, attempt_nodes, owner.uid if owner else None
+        )
+        labels.update(kueue_labels)
+    if config.karpenter_do_not_disrupt:
+        # Consolidation and drift wait for the pod; a spot interruption still takes the node (handled).
+        annotations[KARPENTER_DO_NOT_DISRUPT] = "true"
     mounts = [{"name": "gpuctl-shared", "mountPath": SHARED_DIR}]
     volumes: list[dict[str, Any]] = [{"name": "gpuctl-shared", "emptyDir": {}}]
     uses_pvc = not checkpoint_dir(spec, job, config).startswith("s3://")
@@ -346,11 +399,13 @@ def build_pod(
     }
     if config.service_account:
         pod_spec["serviceAccountName"] = config.service_account
-    annotations = {
-        "gpuctl.dev/gpu-type": placement.gpu_type,
-        "gpuctl.dev/market": str(placement.market),
-        "gpuctl.dev/node-price-usd-per-hour": f"{placement.node_price_usd_per_hour:g}",
-    }
+    annotations.update(
+        {
+            "gpuctl.dev/gpu-type": placement.gpu_type,
+            "gpuctl.dev/market": str(placement.market),
+            "gpuctl.dev/node-price-usd-per-hour": f"{placement.node_price_usd_per_hour:g}",
+        }
+    )
     meta = _metadata(name, namespace, job, labels, owner)
     meta["annotations"].update(annotations)
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": pod_spec}
