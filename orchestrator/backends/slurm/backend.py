@@ -73,6 +73,7 @@ class SlurmBackend:
         self.config = config or SlurmClusterConfig()
         self.preflight = preflight
         self.controller_owned = controller_owned
+        self._kill_at_memory: dict[int, float] = {}
 
     def check_placement(self, gpu_type: str, market: MarketKind) -> None:
         """Clear errors before sbatch: the partition exists and offers the GRES type."""
@@ -186,19 +187,44 @@ class SlurmBackend:
             commands.cancel(job.job_id, signal="USR1", batch_only=True)
 
     def stop(self, job_id: str, attempt: int, node_ids: Sequence[str], grace_s: float) -> None:
-        """USR2 to the batch shell (checkpoint, no requeue), wait up to ``grace_s``, then scancel."""
+        """USR2 to the batch shell (checkpoint, no requeue) once, remembering when the grace period ends;
+        ``scancel`` once it has. Never waits: the controller calls this on every tick for the nodes it
+        has ended, so a tick is never held up by one job's grace period."""
         job = self.find(job_id, attempt)
         if job is None or job.finished:
             return
-        if job.state == "RUNNING":
+        if job.state != "RUNNING" or grace_s <= 0:
+            commands.cancel(job.job_id)  # queued, or no grace: nothing to wait for
+            return
+        kill_at = self._kill_at(job)
+        if kill_at is None:
             commands.cancel(job.job_id, signal="USR2", batch_only=True)
-            deadline = time.monotonic() + grace_s
-            while time.monotonic() < deadline:
-                time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
-                current = commands.show_job(job.job_id)
-                if current is None or current.finished:
-                    return
-        commands.cancel(job.job_id)
+            self._set_kill_at(job, time.time() + grace_s)
+        elif time.time() >= kill_at:
+            commands.cancel(job.job_id)
+
+    def _kill_at_file(self, job: SlurmJob) -> Path | None:
+        """Beside the job's output in its job folder, so a restarted controller keeps the deadline."""
+        return Path(job.stdout).parent / f"slurm-{job.job_id}.kill_at" if job.stdout else None
+
+    def _kill_at(self, job: SlurmJob) -> float | None:
+        path = self._kill_at_file(job)
+        if path is None:
+            return self._kill_at_memory.get(job.job_id)
+        try:
+            return float(path.read_text())
+        except (OSError, ValueError):
+            return None
+
+    def _set_kill_at(self, job: SlurmJob, when: float) -> None:
+        path = self._kill_at_file(job)
+        if path is None:
+            self._kill_at_memory[job.job_id] = when
+            return
+        try:
+            path.write_text(f"{when}\n")
+        except OSError:  # the folder is gone or read-only: keep the deadline for this process
+            self._kill_at_memory[job.job_id] = when
 
     def log_paths(self, job_id: str) -> list[Path]:
         paths: list[Path] = []
