@@ -57,6 +57,8 @@ class Driver:
         self.store = store
         self.backend = backend
         self._candidates: dict[tuple[str, str | None], Candidates] = {}
+        self.draining: dict[str, bool] = {}
+        """Job id -> nodes the controller has ended still run (seen at the job's last tick)."""
 
     def tick(self, job_id: str, now: datetime | None = None) -> list[Action]:
         """One reconcile round for one job. Returns the actions applied (for tests and logs)."""
@@ -72,6 +74,7 @@ class Driver:
         UsageStore(self.store).ingest(job.id, now)  # new GPU monitor window summaries of the job's nodes
         state = self._finish_interrupted(job, load_state(self.store, job.id), spec, now)
         view, observed = self._view(job, state, spec, now)
+        self.draining[job.id] = view.draining
         actions = reconcile(view)
         if actions or observed != state:
             self._apply(job, state, observed, spec, view, actions, now)

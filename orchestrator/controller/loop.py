@@ -105,8 +105,10 @@ class Controller:
                 continue
             if job.status.terminal and now - job.updated_at > KEEP_TICKING_AFTER_END:
                 continue
-            busy = busy or not job.status.terminal
             self.tick_job(job.id, now)
+            # an ended job whose stopped nodes still run (saving a checkpoint) keeps the controller:
+            # it must kill them after their grace period and stop the rendezvous, or they would leak
+            busy = busy or not job.status.terminal or self.driver.draining.get(job.id, False)
         if busy:
             self.idle.clear()
         else:

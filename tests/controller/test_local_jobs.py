@@ -135,15 +135,20 @@ def _kill_controller(home: Path) -> None:
 
 
 def _wait_no_node_processes(job_dir: Path, timeout: float = 45) -> None:
-    """No process of the job is left: runners, agents, workers (found by their GPUCTL_JOB_ID)."""
+    """No process of the job is left: runners, agents, workers (found by their GPUCTL_JOB_ID), and the
+    rendezvous store (found by the job folder on its command line)."""
     marker = f"GPUCTL_JOB_ID={job_dir.name}".encode()
+    folder = str(job_dir).encode()
     deadline = time.monotonic() + timeout
     alive: list[int] = []
     while time.monotonic() < deadline:
         alive = []
         for proc in Path("/proc").iterdir():
             try:
-                ours = proc.name.isdigit() and marker in (proc / "environ").read_bytes().split(b"\0")
+                ours = proc.name.isdigit() and (
+                    marker in (proc / "environ").read_bytes().split(b"\0")
+                    or any(arg.startswith(folder) for arg in (proc / "cmdline").read_bytes().split(b"\0"))
+                )
                 if ours and (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
                     alive.append(int(proc.name))
             except OSError:
