@@ -94,7 +94,7 @@ def pods_gone(spec: JobSpec, d: Decision, at: timedelta, candidates: Candidates 
 
 
 def test_unschedulable_pods_are_free_and_wait_before_the_limit() -> None:
-    before, d = unschedulable_for(job("2h"), 4)
+    _, d = unschedulable_for(job("2h"), 4)
     assert d.status["state"] == "LAUNCHING" and d.stop == () and d.status["preemptions"] == 0
     assert d.status["costUsd"] == 0.0  # queued: the segment starts when the pods do
     assert d.status["segments"][0]["start"] == "2026-01-01T00:04:00Z"
