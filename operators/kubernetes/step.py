@@ -37,6 +37,7 @@ from operators.kubernetes.spot_market import (
 from orchestrator.backends.base import NodeObservation, NodePhase, Placement, Progress
 from orchestrator.backends.kubernetes.manifests import LABEL_ATTEMPT, LABEL_NODE_INDEX
 from orchestrator.backends.kubernetes.observe import pod_phase
+from orchestrator.catalog.offers import MarketKind
 from orchestrator.controller import actions as act
 from orchestrator.controller import engine
 from orchestrator.controller.market_choice import JobClock, MarketView
@@ -219,7 +220,7 @@ def build_view(
     # for ``regrow_after_s``, then try to grow again.
     spot_capacity = len(alive) if recently_rescaled else None
     placement = engine.placement_of(state.placement)
-    if market is not None and placement is not None:
+    if market is not None and placement is not None and placement.market is MarketKind.SPOT:
         market = with_capacity(market, placement.zone, spot_capacity)
         spot_capacity = next((z.capacity for z in market.zones if z.zone == placement.zone), spot_capacity)
     return JobView(
