@@ -31,7 +31,6 @@ from operators.kubernetes.step import (
     step,
     with_state,
 )
-from orchestrator.backends.base import Placement
 from orchestrator.backends.kubernetes import client
 from orchestrator.backends.kubernetes.config import PRICE_CATALOG_ENV, KubeConfig
 from orchestrator.backends.kubernetes.manifests import (
@@ -44,7 +43,7 @@ from orchestrator.backends.kubernetes.manifests import (
     service_name,
 )
 from orchestrator.controller import engine
-from orchestrator.controller.placement import catalog_candidates
+from orchestrator.controller.placement import Candidates, catalog_candidates
 from orchestrator.errors import NotFoundError, SpecError, UserError
 from orchestrator.spec import JobSpec
 from orchestrator.spec.model import NAME_PATTERN
@@ -99,10 +98,10 @@ def status_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, An
     return patch
 
 
-def _candidates(spec: JobSpec) -> tuple[Placement | None, Placement | None]:
-    """Cheapest (spot, on-demand) placements; from the chart's price catalog when one is mounted."""
-    found = catalog_candidates(spec, os.environ.get(PRICE_CATALOG_ENV))
-    return found.cheapest_spot, found.on_demand
+def _candidates(spec: JobSpec) -> Candidates:
+    """Each allowed zone's spot placement and the on-demand one; from the chart's price catalog when
+    one is mounted."""
+    return catalog_candidates(spec, os.environ.get(PRICE_CATALOG_ENV))
 
 
 def _created_at(body: Mapping[str, Any], now: datetime) -> datetime:
@@ -133,7 +132,7 @@ def reconcile_job(
     try:
         spec = job_spec(name, namespace, body.get("spec") or {})
         refused = admission_refusal(spec, namespace, now, api) if first_sight(status) else None
-        candidates = _candidates(spec) if refused is None else (None, None)
+        candidates = _candidates(spec) if refused is None else Candidates({}, None)
     except UserError as err:  # the job's own data: FAILED once; API errors propagate and kopf retries
         return _fail(name, namespace, status, str(FailureReason.INVALID_SPEC), err.message, now, api)
     if refused is not None:  # refused at admission: FAILED once, one event; never looked at again
@@ -152,7 +151,7 @@ def reconcile_job(
         # (b, c) observe and decide
         decision = step(
             spec, with_state(status, state), pods, nodes, candidates, name, _created_at(body, now), now,
-            config.regrow_after_s,
+            config.regrow_after_s, config.spot_shortage_after_s,
         )  # fmt: skip
         # The monitors' windows up to now, in the same status patch (the pods of an ending job are still listed).
         written, usage_events = collect_gpu_usage(

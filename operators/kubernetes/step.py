@@ -24,11 +24,24 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from operators.kubernetes.spot_market import (
+    ZONE_HISTORY_KEY,
+    MarketMemory,
+    as_candidates,
+    policy_moves,
+    remember,
+    scheduled_zone,
+    short_zone,
+    with_capacity,
+)
 from orchestrator.backends.base import NodeObservation, NodePhase, Placement, Progress
 from orchestrator.backends.kubernetes.manifests import LABEL_ATTEMPT, LABEL_NODE_INDEX
 from orchestrator.backends.kubernetes.observe import pod_phase
+from orchestrator.catalog.offers import MarketKind
 from orchestrator.controller import actions as act
 from orchestrator.controller import engine
+from orchestrator.controller.market_choice import JobClock, MarketView
+from orchestrator.controller.placement import Candidates
 from orchestrator.controller.reconcile import JobView, reconcile
 from orchestrator.spec import JobSpec, parse_deadline
 from orchestrator.state.job_state import STATUS_KEYS, JobEvent, JobState, NodeLaunch, NodeState
@@ -155,16 +168,22 @@ def with_state(status: Mapping[str, Any], state: JobState) -> dict[str, Any]:
 
 # --- what reconcile sees -------------------------------------------------------------------------
 def observe(
-    state: JobState, pods: Sequence[Mapping[str, Any]], existing_nodes: set[str] | None
+    state: JobState,
+    pods: Sequence[Mapping[str, Any]],
+    existing_nodes: set[str] | None,
+    shortage: bool = False,
 ) -> tuple[NodeObservation, ...]:
     """The current attempt's nodes not ended: a pod's phase; a launched node without a pod is LOST,
-    an intent without one STARTING (it is about to be created)."""
+    an intent without one STARTING (it is about to be created). ``shortage``: the attempt leaves a
+    zone short of spot, its unscheduled pods are PREEMPTED while queued (they never held a node)."""
     active = [n for n in state.attempt_nodes if n.launch is not NodeLaunch.ENDED]
     found = pods_of(state.attempt, [n.node_id for n in active], pods)
     seen = []
     for node in active:
         pod = found.get(node.node_id)
-        if pod is not None:
+        if pod is not None and shortage:
+            seen.append(NodeObservation(node.node_id, NodePhase.PREEMPTED, queued=True))
+        elif pod is not None:
             seen.append(dataclasses.replace(pod_phase(pod, existing_nodes), node_id=node.node_id))
         elif node.launch is NodeLaunch.LAUNCHED:
             seen.append(NodeObservation(node.node_id, NodePhase.LOST))
@@ -182,8 +201,12 @@ def build_view(
     created_at: datetime,
     now: datetime,
     regrow_after_s: float,
+    market: MarketView | None = None,
+    shortage: bool = False,
 ) -> JobView:
-    nodes = observe(state, pods, existing_nodes)
+    """What reconcile sees. ``market``: every allowed zone (:mod:`operators.kubernetes.spot_market`),
+    else one zone made of ``candidates``; ``shortage``: see :func:`observe`."""
+    nodes = observe(state, pods, existing_nodes, shortage)
     alive = [n for n in nodes if not n.phase.ended]
     all_running = bool(alive) and all(n.phase is NodePhase.RUNNING for n in alive)
     # Pods of an older attempt or of ended nodes, still there or terminating, are saving their checkpoint.
@@ -193,6 +216,13 @@ def build_view(
     )
     deadline = parse_deadline(spec.goals.deadline, created_at) if spec.goals.deadline else None
     open_segment = state.open_segment
+    # Kubernetes does not say how much spot capacity exists; after losing nodes assume none more
+    # for ``regrow_after_s``, then try to grow again.
+    spot_capacity = len(alive) if recently_rescaled else None
+    placement = engine.placement_of(state.placement)
+    if market is not None and placement is not None and placement.market is MarketKind.SPOT:
+        market = with_capacity(market, placement.zone, spot_capacity)
+        spot_capacity = next((z.capacity for z in market.zones if z.zone == placement.zone), spot_capacity)
     return JobView(
         spec=spec,
         status=state.status,
@@ -200,7 +230,7 @@ def build_view(
         submitted_at=created_at,
         deadline=deadline,
         attempt=state.attempt,
-        placement=engine.placement_of(state.placement),
+        placement=placement,
         nodes=nodes,
         open_segment_nodes=open_segment.nodes if open_segment else None,
         # Pods do not report training progress to the operator: all pods running stands in for it.
@@ -209,11 +239,10 @@ def build_view(
         draining=draining,
         preempted_in_attempt=state.preempted_in_attempt
         or any(n.notice_at is not None for n in state.attempt_nodes),
-        # Kubernetes does not say how much spot capacity exists; after losing nodes assume none more
-        # for ``regrow_after_s``, then try to grow again.
-        spot_capacity=len(alive) if recently_rescaled else None,
+        spot_capacity=spot_capacity,
         spot=candidates[0],
         on_demand=candidates[1],
+        market=market,
         cost_usd=state.cost_usd(now),
         restarts=state.restarts,
         preemptions=state.preemptions,
@@ -226,15 +255,34 @@ def step(
     status: Mapping[str, Any],
     pods: Sequence[Mapping[str, Any]],
     existing_nodes: set[str] | None,
-    candidates: tuple[Placement | None, Placement | None],
+    candidates: Candidates | tuple[Placement | None, Placement | None],
     job: str,
     created_at: datetime,
     now: datetime,
     regrow_after_s: float = 600.0,
+    shortage_after_s: float = 600.0,
 ) -> Decision:
-    """Reconcile, then :func:`engine.apply`, until the job asks for nothing but pure transitions."""
+    """Reconcile, then :func:`engine.apply`, until the job asks for nothing but pure transitions.
+
+    ``candidates``: the spot placement of each allowed zone and the on-demand one (a pair: one zone);
+    a spot attempt whose pods all stayed unschedulable longer than ``shortage_after_s`` marks its zone
+    short of spot for ``regrow_after_s`` (:mod:`operators.kubernetes.spot_market`)."""
     loaded = load_state(status, job)
-    seen = observe(loaded, pods, existing_nodes)
+    found = as_candidates(candidates)
+    pair = (found.cheapest_spot, found.on_demand)
+    active = [n.node_id for n in loaded.attempt_nodes if n.launch is not NodeLaunch.ENDED]
+    by_node = pods_of(loaded.attempt, active, pods)
+    short = short_zone(loaded, by_node, active, now, shortage_after_s)
+    market, memory = remember(
+        MarketMemory.from_status(status), spec, found, loaded, short,
+        scheduled_zone(loaded, by_node, active), now, regrow_after_s,
+    )  # fmt: skip
+    shortage = False
+    if short is not None:  # leave the zone when the policy would place the job elsewhere, else wait
+        first = build_view(spec, loaded, pods, existing_nodes, pair, created_at, now, regrow_after_s, market)
+        clock = JobClock(now, created_at, first.deadline, first.progress)
+        shortage = policy_moves(spec, first.market or market, clock)
+    seen = observe(loaded, pods, existing_nodes, shortage)
     state = engine.record_notices(loaded, {n.node_id: n.notice_at for n in seen if n.notice_at})
     events = [
         JobEvent("preemption_notice", f"node {n.node_id} got the notice")
@@ -243,7 +291,9 @@ def step(
     ]
     effects: list[engine.Effect] = []
     for _ in range(MAX_PASSES):
-        view = build_view(spec, state, pods, existing_nodes, candidates, created_at, now, regrow_after_s)
+        view = build_view(
+            spec, state, pods, existing_nodes, pair, created_at, now, regrow_after_s, market, shortage
+        )
         planned = reconcile(view)
         if not planned:
             break
@@ -254,7 +304,8 @@ def step(
         events += applied.events
         if applied.effects or not all(isinstance(a, act.Transition) for a in planned):
             break
-    return Decision(status_of(status, state, events, now), state, tuple(effects), event_messages(events))
+    kept = {**status, ZONE_HISTORY_KEY: memory.to_status()}
+    return Decision(status_of(kept, state, events, now), state, tuple(effects), event_messages(events))
 
 
 def status_of(

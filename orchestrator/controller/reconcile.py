@@ -206,18 +206,21 @@ def _follow(view: JobView) -> list[Action]:
             ),
         ]
 
-    # 6c. The market took nodes (or nodes vanished): rescale or recover.
+    # 6c. The market took nodes (or nodes vanished): rescale or recover. Nodes that never left the
+    #     queue (a Kubernetes spot shortage: pods never scheduled) held nothing: their segment is free.
     if gone or (failed and view.preempted_in_attempt):
+        free: list[Action] = [SegmentStartsNow()] if all(n.queued for n in nodes) else []
         if spec.resources.elastic and spec.policies.rescale and len(alive) >= spec.resources.min_nodes:
             return [
                 CountPreemption(),
+                *free,
                 *_close(view, "node lost"),
                 MarkNodesEnded(_ids(ended)),
                 OpenSegment(len(alive)),
                 Transition(S.RESCALING, f"lost {len(ended)} node(s); continuing on {len(alive)}"),
             ]
-        ending = [CountPreemption(), StopNodes(_ids(alive), grace, "attempt preempted"), *_close(view, "preempted"),
-                  MarkNodesEnded(_ids(nodes))]  # fmt: skip
+        ending = [CountPreemption(), StopNodes(_ids(alive), grace, "attempt preempted"), *free,
+                  *_close(view, "preempted"), MarkNodesEnded(_ids(nodes))]  # fmt: skip
         limit = spec.recovery.max_preemptions
         if limit is not None and view.preemptions + 1 > limit:
             why = f"preempted {view.preemptions + 1} times, more than recovery.max_preemptions ({limit})"

@@ -123,7 +123,7 @@ def test_config_map_feeds_the_backend_settings(rendered: dict[str, list[dict[str
     config = KubeConfig.from_dict(json.loads(cm["data"]["operator.json"]))
     assert config.capacity_provider == "gke"
     assert config.products_for("B200") == ["NVIDIA-B200"]
-    assert config.regrow_after_s == 600
+    assert config.regrow_after_s == 600 and config.spot_shortage_after_s == 600
     assert cm["data"]["prices.csv"].startswith("cloud,instance_type")
     (deploy,) = by_kind(rendered["everything"], "Deployment")
     env = {e["name"]: e.get("value") for e in deploy["spec"]["template"]["spec"]["containers"][0]["env"]}

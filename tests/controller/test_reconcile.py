@@ -191,6 +191,18 @@ def test_a_queued_attempt_restarts_its_segment_clock_until_a_node_runs() -> None
     assert reconcile(replace(v, nodes=(queued, node(1, NodePhase.RUNNING)))) == []
 
 
+def test_an_attempt_that_never_left_the_queue_ends_with_a_free_segment() -> None:
+    """Nodes reclaimed while still queued (Kubernetes pods unschedulable past the spot-shortage limit)
+    held nothing: their segment restarts now before it closes, so it costs nothing."""
+    gone = replace(node(0, NodePhase.PREEMPTED), queued=True)
+    v = view(status=S.LAUNCHING, attempt=1, placement=SPOT, open_segment_nodes=1, nodes=(gone,))
+    actions = reconcile(v)
+    assert actions.index(SegmentStartsNow()) < actions.index(CloseSegment("preempted"))
+    assert targets(actions) == [S.PREEMPTED]
+    ran = replace(v, nodes=(node(0, NodePhase.PREEMPTED),))
+    assert SegmentStartsNow() not in reconcile(ran)
+
+
 def test_deadline_passed_while_waiting_fails_with_reason() -> None:
     v = view(status=S.RECOVERING, attempt=1, spot_capacity=0, deadline=NOW - timedelta(minutes=1))
     (t,) = reconcile(v)

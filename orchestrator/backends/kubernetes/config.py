@@ -22,6 +22,13 @@ GPUCTL_IMAGE = f"{IMAGE_REPOSITORY}:{__version__}"
 
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_RESOURCE = "nvidia.com/gpu"
+ZONE_LABEL = "topology.kubernetes.io/zone"
+REGION_LABEL = "topology.kubernetes.io/region"
+DEFAULT_ZONE_LABELS: dict[str, str] = {"aws": "topology.k8s.aws/zone-id"}
+"""Node labels holding the catalog's zone ids, per cloud: AWS prices are per availability-zone id
+(``use1-az1``, the same physical zone in every account), which EKS and Karpenter nodes carry in
+``topology.k8s.aws/zone-id``; other clouds' catalog zones are zone names (``us-central1-a``), as in
+``topology.kubernetes.io/zone``."""
 PRICE_CATALOG_ENV = "GPUCTL_PRICE_CATALOG"
 """A price catalog CSV replacing the built-in prices (the chart's ``priceCatalog``, mounted)."""
 COST_CONFIG_ENV = "GPUCTL_COST_CONFIG"
@@ -92,7 +99,14 @@ class KubeConfig:
     """securityContext of every trainer container (the chart's ``trainerSecurityContext``); a job
     cannot change it. Images must then run as a numeric non-root USER, or this sets ``runAsUser``."""
     regrow_after_s: float = 600.0
-    """An elastic job running below ``max`` nodes asks for the missing ones again after this long."""
+    """An elastic job running below ``max`` nodes asks for the missing ones again after this long; a
+    zone found short of spot is assumed short this long after its pods were last seen unschedulable."""
+    spot_shortage_after_s: float = 600.0
+    """A spot attempt whose every pod stayed unschedulable this long marks its zone short of spot; the
+    market policy then moves the job (on-demand, another zone) or lets it wait. Longer than a node's
+    provisioning, during which pods are unschedulable too."""
+    zone_labels: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_ZONE_LABELS))
+    """Cloud -> node label that holds the catalog's zone (default: ``topology.kubernetes.io/zone``)."""
     kueue_queue: str | None = None
     """Kueue LocalQueue of jobs whose spec names no ``queue`` (the chart's ``kueueQueue``); None: such
     jobs' pods carry no Kueue labels."""
@@ -144,6 +158,13 @@ class KubeConfig:
                 "add it to gpuProducts in the chart values (e.g. H100: [NVIDIA-H100-80GB-HBM3])",
             )
         return products
+
+    def zone_expression(self, cloud: str, region: str, zones: list[str]) -> dict[str, Any]:
+        """Nodes in one of ``zones`` (catalog zones of ``cloud``); in ``region`` when the catalog has no
+        zones there (it then gives the region as the zone)."""
+        if not zones or zones == [region]:
+            return {"key": REGION_LABEL, "operator": "In", "values": [region]}
+        return {"key": self.zone_labels.get(cloud, ZONE_LABEL), "operator": "In", "values": list(zones)}
 
     def market_expression(self, market: MarketKind) -> dict[str, Any]:
         labels = self.capacity_labels()

@@ -181,6 +181,32 @@ def gpu_usage_schemas() -> dict[str, Any]:
     }
 
 
+def zone_history_schema() -> dict[str, Any]:
+    """The zones' spot availability history the operator keeps (operators/kubernetes/spot_market.py)."""
+
+    def per_zone(kind: dict[str, Any], description: str) -> dict[str, Any]:
+        return {"type": "object", "additionalProperties": kind, "description": description}
+
+    hours = {"type": "number"}
+    return {
+        "type": "object",
+        "description": "spot availability seen per zone since submission: what the market policy reads",
+        "properties": {
+            "at": {"type": "string", "format": "date-time", "description": "last update"},
+            "observedH": {**hours, "description": "hours watched"},
+            "anyAvailableH": {**hours, "description": "hours some zone had spot"},
+            "availableH": per_zone(hours, "hours each zone had spot"),
+            "upRuns": per_zone({"type": "integer"}, "periods of availability begun per zone"),
+            "streakH": per_zone(hours, "length of each zone's current run (up or down)"),
+            "lastAvailable": per_zone({"type": "boolean"}, "whether each zone had spot at the last update"),
+            "spotShortSeen": per_zone(
+                {"type": "string", "format": "date-time"},
+                "when each zone's spot pods were last seen unschedulable past the limit",
+            ),
+        },
+    }
+
+
 def status_openapi_schema() -> dict[str, Any]:
     condition = {
         "type": "object",
@@ -220,6 +246,7 @@ def status_openapi_schema() -> dict[str, Any]:
                 "x-kubernetes-list-map-keys": ["type"],
             },
             **gpu_usage_schemas(),
+            "zoneHistory": zone_history_schema(),
         },
     }
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from orchestrator import contract
 from orchestrator.backends.base import Placement
-from orchestrator.backends.kubernetes.config import GPU_PRODUCT_LABEL, GPU_RESOURCE, KubeConfig
+from orchestrator.backends.kubernetes.config import GPU_PRODUCT_LABEL, GPU_RESOURCE, REGION_LABEL, KubeConfig
 from orchestrator.backends.kubernetes.crd import API_VERSION, KIND
 from orchestrator.catalog.offers import MarketKind
 from orchestrator.errors import InternalError, SpecError
@@ -249,11 +249,13 @@ def _env(spec: JobSpec, job: str, attempt: int, name: str, config: KubeConfig) -
 
 
 def _affinity(spec: JobSpec, placement: Placement, config: KubeConfig) -> dict[str, Any]:
-    """Required: one of the spec's GPU products and the placement's market; preferred: its GPU type."""
+    """Required: one of the spec's GPU products, the placement's market and where it may run (a spot
+    placement's zone; on-demand: the spec's zones or regions); preferred: its GPU type."""
     products = [p for t in spec.resources.gpu_types for p in config.products_for(t)]
     required = [
         {"key": GPU_PRODUCT_LABEL, "operator": "In", "values": list(dict.fromkeys(products))},
         config.market_expression(placement.market),
+        *_where(spec, placement, config),
     ]
     preferred = {
         "key": GPU_PRODUCT_LABEL,
@@ -270,6 +272,18 @@ def _affinity(spec: JobSpec, placement: Placement, config: KubeConfig) -> dict[s
             ],
         }
     }
+
+
+def _where(spec: JobSpec, placement: Placement, config: KubeConfig) -> list[dict[str, Any]]:
+    """The node affinity for the placement's place: the market policy picks a spot zone; on-demand
+    capacity is taken in any allowed zone."""
+    if placement.market is MarketKind.SPOT:
+        return [config.zone_expression(placement.cloud, placement.region, [placement.zone])]
+    if spec.market.zones:
+        return [config.zone_expression(placement.cloud, placement.region, list(spec.market.zones))]
+    if spec.market.regions:
+        return [{"key": REGION_LABEL, "operator": "In", "values": list(spec.market.regions)}]
+    return []
 
 
 def _tolerations(placement: Placement, config: KubeConfig) -> list[dict[str, Any]]:

@@ -8,6 +8,11 @@ A node of a job is a pod. Lost pods are recognised by:
 - the trainer exiting with :data:`orchestrator.contract.PREEMPTED_EXIT_CODE` -> PREEMPTED;
 - its node no longer existing, or the pod itself being gone -> LOST.
 
+A pending pod the scheduler could not place (``PodScheduled=False``, reason ``Unschedulable``: no node
+fits, and the node provisioner has not made one yet) is STARTING and ``queued``: no node is held for it,
+so nothing is billed. How long it has waited is :func:`unschedulable_since`; the operator decides
+when that means a spot shortage (:mod:`operators.kubernetes.spot_market`).
+
 Any other non-zero exit is FAILED, phase ``Succeeded`` is SUCCEEDED.
 """
 
@@ -33,6 +38,25 @@ def _condition(pod: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
         if cond.get("type") == kind and cond.get("status") == "True":
             return dict(cond)
     return None
+
+
+def _unschedulable(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    if pod.get("status", {}).get("phase") not in (None, "Pending"):
+        return None
+    for cond in pod.get("status", {}).get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            return dict(cond) if cond.get("reason") == "Unschedulable" else None
+    return None
+
+
+def unschedulable_since(pod: Mapping[str, Any]) -> datetime | None:
+    """When the scheduler began finding no node for a pending pod (its ``PodScheduled=False``
+    condition with reason ``Unschedulable``; the pod's creation when the condition has no time).
+    None when the pod is not unschedulable, or no time is known."""
+    cond = _unschedulable(pod)
+    if cond is None:
+        return None
+    return _parse_time(cond.get("lastTransitionTime") or pod.get("metadata", {}).get("creationTimestamp"))
 
 
 def _trainer_terminated(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -69,7 +93,7 @@ def pod_phase(pod: Mapping[str, Any], existing_nodes: Collection[str] | None = N
     if phase == "Running":
         return NodeObservation(name, NodePhase.RUNNING)
     if phase in (None, "Pending"):
-        return NodeObservation(name, NodePhase.STARTING)
+        return NodeObservation(name, NodePhase.STARTING, queued=_unschedulable(pod) is not None)
     return NodeObservation(name, NodePhase.LOST)
 
 

@@ -16,9 +16,10 @@ def test_the_charts_price_catalog_replaces_the_built_in_one(
     catalog = tmp_path / "prices.csv"
     catalog.write_text(HEADER + "onprem,rack-a,H100,8,80,96,1024,40.0,,dc1,dc1-a\n")
     monkeypatch.setenv("GPUCTL_PRICE_CATALOG", str(catalog))
-    spot, on_demand = _candidates(
+    found = _candidates(
         load_spec_text("name: j\ncommand: t.py\nresources: {gpu_types: [H100], gpus_per_node: 8}\n")
     )
+    spot, on_demand = found.cheapest_spot, found.on_demand
     assert spot is None, "the catalog has no spot price"
     assert on_demand is not None and on_demand.instance_type == "rack-a"
     assert on_demand.node_price_usd_per_hour == 40.0 and on_demand.price_source == "chart price catalog"

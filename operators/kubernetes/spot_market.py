@@ -1,0 +1,183 @@
+"""Spot shortage on Kubernetes, and the operator's view of the market (pure: no API calls).
+
+Kubernetes does not say how much spot capacity a zone has. What it shows is pods that cannot be
+placed: a pod the scheduler finds no node for is ``PodScheduled=False`` with reason ``Unschedulable``,
+and stays so while the node provisioner (Karpenter, a cluster autoscaler) cannot get an instance
+(Karpenter's "insufficient capacity"). Such pods hold no node: they are observed ``queued`` and cost
+nothing. When every pod of a spot attempt has been unschedulable for longer than
+``KubeConfig.spot_shortage_after_s``, the attempt's zone is short of spot:
+
+* the zone is offered with no capacity in the :class:`MarketView` reconcile reads, for
+  ``retry_after_s`` after its pods were last seen so (then spot is tried there again);
+* the market policy is asked, as on every backend: when it would place the job elsewhere (on-demand,
+  another zone) the pods are observed PREEMPTED (queued: their segment is free), so reconcile's
+  recovery path places it there; when it would wait, the pods wait in the queue, where nothing is
+  billed and they start as soon as capacity appears.
+
+The zones' availability history the policy reads (:class:`ZoneHistory`) is kept in the GPUJob's status
+under :data:`ZONE_HISTORY_KEY`, updated each pass, like the local and SLURM controllers' store.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from orchestrator.backends.base import Placement
+from orchestrator.backends.kubernetes.observe import unschedulable_since
+from orchestrator.controller.driver import run_hours
+from orchestrator.controller.market_choice import (
+    JobClock,
+    MarketChoice,
+    MarketView,
+    ZoneMarket,
+    choose_market,
+)
+from orchestrator.controller.placement import Candidates
+from orchestrator.policies import ZoneHistory
+from orchestrator.spec import JobSpec
+from orchestrator.state.job_state import JobState
+
+ZONE_HISTORY_KEY = "zoneHistory"
+"""The GPUJob status key of the zones' spot availability history (:class:`MarketMemory`)."""
+
+_HISTORY_KEYS = {
+    "observed_h": "observedH",
+    "any_available_h": "anyAvailableH",
+    "available_h": "availableH",
+    "up_runs": "upRuns",
+    "streak_h": "streakH",
+    "last_available": "lastAvailable",
+}
+
+
+def _iso(t: datetime) -> str:
+    return t.isoformat().replace("+00:00", "Z")
+
+
+def _time(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+@dataclass(frozen=True)
+class MarketMemory:
+    """What the operator remembers of the market between passes (in the GPUJob's status)."""
+
+    history: ZoneHistory = field(default_factory=ZoneHistory.empty)
+    at: datetime | None = None
+    """When ``history`` was last updated."""
+    short_seen: Mapping[str, datetime] = field(default_factory=dict)
+    """Zone -> when a spot attempt's pods were last seen unschedulable past the limit there."""
+
+    @classmethod
+    def from_status(cls, status: Mapping[str, Any]) -> MarketMemory:
+        saved = status.get(ZONE_HISTORY_KEY) or {}
+        history = ZoneHistory(**{k: saved[key] for k, key in _HISTORY_KEYS.items() if key in saved})
+        at = _time(saved["at"]) if saved.get("at") else None
+        short = {zone: _time(t) for zone, t in (saved.get("spotShortSeen") or {}).items()}
+        return cls(history, at, short)
+
+    def to_status(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            key: (dict(v) if isinstance(v := getattr(self.history, k), Mapping) else v)
+            for k, key in _HISTORY_KEYS.items()
+        }
+        if self.at is not None:
+            data["at"] = _iso(self.at)
+        data["spotShortSeen"] = {zone: _iso(t) for zone, t in self.short_seen.items()}
+        return data
+
+    def short_zones(self, now: datetime, retry_after_s: float) -> set[str]:
+        return {z for z, seen in self.short_seen.items() if (now - seen).total_seconds() < retry_after_s}
+
+
+def as_candidates(candidates: Candidates | tuple[Placement | None, Placement | None]) -> Candidates:
+    """``(spot, on_demand)`` is one spot zone: the spot placement's."""
+    if isinstance(candidates, Candidates):
+        return candidates
+    spot, on_demand = candidates
+    return Candidates({spot.zone: spot} if spot is not None else {}, on_demand)
+
+
+def short_zone(
+    state: JobState,
+    pods_by_node: Mapping[str, Mapping[str, Any]],
+    active_nodes: Sequence[str],
+    now: datetime,
+    after_s: float,
+) -> str | None:
+    """The current spot attempt's zone when every node not ended has a pod that has been unschedulable
+    for longer than ``after_s``; else None."""
+    placement = state.placement
+    if placement is None or placement.market != "spot" or not active_nodes:
+        return None
+    for node in active_nodes:
+        pod = pods_by_node.get(node)
+        since = unschedulable_since(pod) if pod is not None else None
+        if since is None or (now - since).total_seconds() <= after_s:
+            return None
+    return placement.zone
+
+
+def scheduled_zone(
+    state: JobState, pods_by_node: Mapping[str, Mapping[str, Any]], active_nodes: Sequence[str]
+) -> str | None:
+    """The current spot attempt's zone when one of its pods got a node (so spot capacity is there)."""
+    placement = state.placement
+    if placement is None or placement.market != "spot":
+        return None
+    scheduled = any(
+        pods_by_node[n].get("spec", {}).get("nodeName") for n in active_nodes if n in pods_by_node
+    )
+    return placement.zone if scheduled else None
+
+
+def remember(
+    memory: MarketMemory,
+    spec: JobSpec,
+    found: Candidates,
+    state: JobState,
+    short: str | None,
+    scheduled: str | None,
+    now: datetime,
+    retry_after_s: float,
+) -> tuple[MarketView, MarketMemory]:
+    """The market view of this pass (a zone short of spot offers no capacity), and the memory updated:
+    the zone seen short or scheduled now, the history watched since the last pass (not once ended)."""
+    seen = dict(memory.short_seen)
+    if short is not None:
+        seen[short] = now
+    if scheduled is not None:
+        seen.pop(scheduled, None)
+    memory = dataclasses.replace(memory, short_seen=seen)
+    short_now = memory.short_zones(now, retry_after_s)
+    zones = tuple(
+        ZoneMarket(zone, spot, 0 if zone in short_now else None) for zone, spot in found.spot_by_zone.items()
+    )
+    tick_h = max(0.0, (now - memory.at).total_seconds() / 3600.0) if memory.at else 0.0
+    if not state.status.terminal:
+        up = {z.zone: (z.capacity is None or z.capacity >= spec.resources.min_nodes) for z in zones}
+        memory = dataclasses.replace(memory, history=memory.history.updated(tick_h, up), at=now)
+    market = MarketView(zones, found.on_demand, memory.history, tick_h, run_hours(state.segments, spec, now))
+    return market, memory
+
+
+def with_capacity(market: MarketView, zone: str, capacity: int | None) -> MarketView:
+    """``market`` with ``zone``'s capacity at most ``capacity`` (None: unchanged)."""
+    if capacity is None:
+        return market
+    zones = tuple(
+        dataclasses.replace(z, capacity=capacity if z.capacity is None else min(z.capacity, capacity))
+        if z.zone == zone
+        else z
+        for z in market.zones
+    )
+    return dataclasses.replace(market, zones=zones)
+
+
+def policy_moves(spec: JobSpec, market: MarketView, clock: JobClock) -> bool:
+    """Whether the market policy would place the job now (on-demand or another zone) rather than wait."""
+    return isinstance(choose_market(spec, market, clock), MarketChoice)
