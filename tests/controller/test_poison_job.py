@@ -127,7 +127,7 @@ def test_cli_on_a_poison_job_prints_no_traceback_and_the_controller_exits_when_i
         said[command] = proc.stdout
     assert store.job(cancelled).failure_reason is FailureReason.INVALID_SPEC
     assert "ended FAILED (invalid_spec): the stored job spec is invalid" in said["cancel"]
-    assert "FAILED: the stored job spec is invalid" in gpuctl.run("status", cancelled).stdout
+    assert "FAILED (invalid_spec): the stored job spec is invalid" in gpuctl.run("status", cancelled).stdout
 
     proc = gpuctl.run("controller", "run", "--backend", "local", "--exit-when-idle", timeout=90)
     assert "Traceback" not in proc.stdout + proc.stderr, proc.stderr
