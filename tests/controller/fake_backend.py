@@ -2,35 +2,24 @@
 
 A launched node is RUNNING until it has been observed once, then SUCCEEDED with finished progress.
 ``failing``: job ids whose ``observe`` raises (``exc``) while their count lasts; ``crashing``: job ids
-whose ``launch`` raises.
+whose ``launch`` raises. The rest of the Backend protocol (placements, capacity, logs) is the test
+kit's :class:`~orchestrator.testing.SimulatedBackend`'s.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from pathlib import Path
 
-from orchestrator.backends.base import (
-    AttemptObservation,
-    LaunchRequest,
-    NodeObservation,
-    NodePhase,
-    OwnPlacements,
-    Placement,
-    Progress,
-)
-from orchestrator.catalog.offers import MarketKind
-from orchestrator.spec import JobSpec
-
-SPOT = Placement("V100", MarketKind.SPOT, "aws", "us-east-1", "zone-a", "p3.2xlarge", 1, 1.0, 3.0, "test")
-ON_DEMAND = Placement("V100", MarketKind.ON_DEMAND, "aws", "us-east-1", "", "p3.2xlarge", 1, 3.0, 3.0, "test")
+from orchestrator.backends.base import AttemptObservation, LaunchRequest, NodeObservation, NodePhase, Progress
+from orchestrator.testing import SimulatedBackend
 
 
-class FakeBackend:
+class FakeBackend(SimulatedBackend):
     name = "fake"
 
     def __init__(self) -> None:
+        super().__init__()
         self.observed: dict[str, int] = {}
         self.launched: list[str] = []
         self.stopped: list[str] = []
@@ -65,19 +54,5 @@ class FakeBackend:
         progress = Progress(step=10, total_steps=10, finished=finished, time=datetime.now(UTC))
         return AttemptObservation(tuple(nodes), progress)
 
-    def own_placements(self, spec: JobSpec) -> OwnPlacements | None:
-        return OwnPlacements({SPOT.zone: SPOT}, ON_DEMAND)
-
-    def spot_capacity(self, job_id: str, zone: str, now: datetime) -> int | None:
-        return None
-
-    def tick(
-        self, job_id: str, attempt: int, node_ids: Sequence[str], spot: bool, grace_s: float, now: datetime
-    ) -> None:
-        return None
-
     def stop(self, job_id: str, attempt: int, node_ids: Sequence[str], grace_s: float) -> None:
         self.stopped.extend(n for n in node_ids if n not in self.stopped)
-
-    def log_paths(self, job_id: str) -> list[Path]:
-        return []
