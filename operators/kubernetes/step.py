@@ -13,7 +13,8 @@ that attempt (``gpuctl.dev/attempt``) and index (``gpuctl.dev/node-index``), nam
 Status keys: those of :meth:`JobState.to_status` (``state``, ``attempt``, ``placement``,
 ``attemptNodes``, ``segments``, ...) and display fields: ``conditions``, ``nodes`` (the attempt's
 nodes not ended: printer column), ``desiredNodes``, ``costUsd``, ``gpuType``, ``market``, ``zone``,
-``nodePriceUsdPerHour``; ``user`` and ``gpuUsage*`` are added by the reconcile.
+``nodePriceUsdPerHour``; ``user``, ``progress`` (read by :func:`step`) and ``gpuUsage*`` are added by
+the reconcile.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from operators.kubernetes.progress import progress_of
 from orchestrator.backends.base import NodeObservation, NodePhase, Placement, Progress
 from orchestrator.backends.kubernetes.manifests import LABEL_ATTEMPT, LABEL_NODE_INDEX
 from orchestrator.backends.kubernetes.observe import pod_phase
@@ -182,7 +184,10 @@ def build_view(
     created_at: datetime,
     now: datetime,
     regrow_after_s: float,
+    progress: Progress | None = None,
 ) -> JobView:
+    """What reconcile sees. ``progress``: the newest training progress (``status.progress``); None when
+    no progress line was ever seen (an image without gpuctl's runtime): all pods running stands in."""
     nodes = observe(state, pods, existing_nodes)
     alive = [n for n in nodes if not n.phase.ended]
     all_running = bool(alive) and all(n.phase is NodePhase.RUNNING for n in alive)
@@ -193,6 +198,17 @@ def build_view(
     )
     deadline = parse_deadline(spec.goals.deadline, created_at) if spec.goals.deadline else None
     open_segment = state.open_segment
+    fresh, attempt_finished = all_running, False
+    if progress is not None:
+        attempt_start = min(
+            (s.started_at for s in state.segments if s.attempt == state.attempt), default=None
+        )
+        fresh = bool(progress.time and open_segment and progress.time >= open_segment.started_at)
+        attempt_finished = bool(
+            progress.finished and progress.time and attempt_start and progress.time >= attempt_start
+        )
+    else:
+        progress = Progress(step=0) if all_running else None
     return JobView(
         spec=spec,
         status=state.status,
@@ -203,9 +219,9 @@ def build_view(
         placement=engine.placement_of(state.placement),
         nodes=nodes,
         open_segment_nodes=open_segment.nodes if open_segment else None,
-        # Pods do not report training progress to the operator: all pods running stands in for it.
-        progress=Progress(step=0) if all_running else None,
-        progress_fresh=all_running,
+        progress=progress,
+        progress_fresh=fresh,
+        attempt_finished=attempt_finished,
         draining=draining,
         preempted_in_attempt=state.preempted_in_attempt
         or any(n.notice_at is not None for n in state.attempt_nodes),
@@ -234,6 +250,7 @@ def step(
 ) -> Decision:
     """Reconcile, then :func:`engine.apply`, until the job asks for nothing but pure transitions."""
     loaded = load_state(status, job)
+    progress = progress_of(status)
     seen = observe(loaded, pods, existing_nodes)
     state = engine.record_notices(loaded, {n.node_id: n.notice_at for n in seen if n.notice_at})
     events = [
@@ -243,7 +260,9 @@ def step(
     ]
     effects: list[engine.Effect] = []
     for _ in range(MAX_PASSES):
-        view = build_view(spec, state, pods, existing_nodes, candidates, created_at, now, regrow_after_s)
+        view = build_view(
+            spec, state, pods, existing_nodes, candidates, created_at, now, regrow_after_s, progress
+        )
         planned = reconcile(view)
         if not planned:
             break

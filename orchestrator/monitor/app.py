@@ -256,7 +256,9 @@ def run_monitor(args: argparse.Namespace, log: Callable[[str], None] | None = No
         watcher.start()
         emit(f"watching {notice_source.cloud} preemption notices every {args.notice_interval:g}s")
     follower = (
-        ProgressFollower(args.progress_file, sys.stdout, args.progress_interval) if args.progress_file else None
+        ProgressFollower(args.progress_file, sys.stdout, args.progress_interval)
+        if args.progress_file
+        else None
     )
     stop = threading.Event()
     previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGTERM, signal.SIGINT)}

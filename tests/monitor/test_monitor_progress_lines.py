@@ -78,9 +78,7 @@ def test_torn_and_partial_lines(tmp_path: Path) -> None:
     assert [r["step"] for r in printed(out)] == [1, 3]
 
 
-def test_truncated_file_and_restarted_sidecar(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_truncated_file_and_restarted_sidecar(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "progress.jsonl"
     out = io.StringIO()
     follower = ProgressFollower(str(path), out, min_interval_s=0.0)
@@ -108,12 +106,24 @@ def test_monitor_prints_progress_lines_only_when_asked(
     writer = ProgressFile(path)
     step(writer, 7)
     writer.event("finished", 7, metrics={"loss": 0.1})
-    base = ["monitor", "--source", "replay", str(H100X8), "--interval", "0", "--port", "-1", "--summary-stdout"]
+    base = [
+        "monitor",
+        "--source",
+        "replay",
+        str(H100X8),
+        "--interval",
+        "0",
+        "--port",
+        "-1",
+        "--summary-stdout",
+    ]
     assert run_monitor(build_parser().parse_args(base), log=lambda _: None) == 0
     assert PROGRESS_LINE_PREFIX not in capsys.readouterr().out
     args = build_parser().parse_args([*base, "--progress-file", str(path), "--max-ticks", "3"])
     assert run_monitor(args, log=lambda _: None) == 0
     lines = capsys.readouterr().out.splitlines()
-    progress = [json.loads(x.removeprefix(PROGRESS_LINE_PREFIX)) for x in lines if x.startswith(PROGRESS_LINE_PREFIX)]
+    progress = [
+        json.loads(x.removeprefix(PROGRESS_LINE_PREFIX)) for x in lines if x.startswith(PROGRESS_LINE_PREFIX)
+    ]
     assert [(r["step"], r.get("event")) for r in progress] == [(7, None), (7, "finished")]
     assert any(x.startswith("{") for x in lines)  # the window summaries are still there

@@ -161,7 +161,9 @@ def test_monitor_runs_as_native_sidecar() -> None:
     trainer = pod(spec())["spec"]["containers"][0]
     env = {e["name"]: e.get("value") for e in trainer["env"]}
     assert parsed.progress_file == env[contract.ENV_PROGRESS_FILE] == "/gpuctl/shared/progress.jsonl"
-    shared = {m["mountPath"] for m in trainer["volumeMounts"]} & {m["mountPath"] for m in monitor["volumeMounts"]}
+    shared = {m["mountPath"] for m in trainer["volumeMounts"]} & {
+        m["mountPath"] for m in monitor["volumeMounts"]
+    }
     assert "/gpuctl/shared" in shared
 
 
