@@ -39,6 +39,11 @@ A writer killed mid-append leaves a torn last line; the next writer starts its r
 (see :mod:`orchestrator.runtime.progress`), and every reader uses :func:`read_progress_records`,
 which skips torn lines."""
 
+PROGRESS_LINE_PREFIX = "gpuctl-progress "
+"""On Kubernetes the monitor sidecar follows the progress file (``--progress-file``) and prints its
+records on stdout, each as this prefix and the record's JSON on one line; the operator reads them from
+the sidecar's log."""
+
 ENV_NOTICE_SIGNAL = "GPUCTL_NOTICE_SIGNAL"
 """Name of the signal that announces a preemption (default SIGTERM). On it the runtime checkpoints
 at the next step boundary on every rank and exits with :data:`PREEMPTED_EXIT_CODE`."""

@@ -2,7 +2,8 @@
 
 Each pod's monitor sidecar prints every window summary as one JSON line on stdout
 (``--summary-stdout``; its own messages go to stderr, which the log interleaves and the parser skips).
-On every reconcile the operator reads the ``monitor`` log of each started pod of the job and adds the
+On every reconcile the operator reads the ``monitor`` log of each started pod of the job once
+(:func:`read_monitor_logs`; its progress lines go to :mod:`operators.kubernetes.progress`) and adds the
 windows it has not taken yet to running totals kept in the GPUJob's status. Status keys:
 
 - ``gpuUsage``: the aggregate, the same fields as ``gpu_usage`` of a local job (``gpuctl status``);
@@ -133,27 +134,38 @@ class MonitorLedger:
         return fields
 
 
-def collect_gpu_usage(
+def read_monitor_logs(
     status: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], namespace: str, now: datetime, api: Any
-) -> tuple[dict[str, Any], tuple[str, ...]]:
-    """``status`` with the new windows of the pods' monitor logs taken, and events to post (a monitor's
-    message, the first time). A log that cannot be read is skipped this time, with a warning."""
-    ledger = MonitorLedger.from_status(status)
-    had_message = ledger.message
+) -> dict[str, str]:
+    """The ``monitor`` log of each started pod, by :func:`monitor_key`, read once per pass: since its last
+    window taken in ``status`` (and the margin), all of it before. A log that cannot be read is skipped
+    this time, with a warning; its lines are read on a later pass."""
+    last_ends = MonitorLedger.from_status(status).last_ends
+    logs: dict[str, str] = {}
     for pod in pods:
         if (pod.get("status") or {}).get("phase") not in LOGGED_PHASES:
             continue
         name = str(pod["metadata"]["name"])
         monitor = monitor_key(pod)
         try:
-            text = client.read_container_log(
-                name, namespace, MONITOR, since_seconds(ledger.last_ends.get(monitor), now), api
+            logs[monitor] = client.read_container_log(
+                name, namespace, MONITOR, since_seconds(last_ends.get(monitor), now), api
             )
         except NotFoundError:
             continue  # deleted since it was listed
         except GpuctlError as err:
-            log.warning("GPU usage of pod %s not read this time: %s", name, err.message)
-            continue
+            log.warning("monitor log of pod %s not read this time: %s", name, err.message)
+    return logs
+
+
+def collect_gpu_usage(
+    status: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], logs: Mapping[str, str]
+) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """``status`` with the new windows of the monitor ``logs`` (:func:`read_monitor_logs`) taken, and
+    events to post (a monitor's message, the first time)."""
+    ledger = MonitorLedger.from_status(status)
+    had_message = ledger.message
+    for monitor, text in logs.items():
         ledger.take(monitor, text)
     ledger.keep_only({monitor_key(p) for p in pods})
     updated = {k: v for k, v in status.items() if k not in STATUS_KEYS}

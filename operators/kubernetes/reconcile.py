@@ -2,8 +2,9 @@
 
 The GPUJob's ``.status`` is the job's store, pods are the engine's effects. The decision is one call,
 :func:`operators.kubernetes.step.step` (gpuctl's reconcile and :func:`orchestrator.controller.engine.apply`
-on the job's status and pods); the monitors' GPU use is read from the pods' sidecar logs
-(:mod:`operators.kubernetes.gpu_usage`). Kept apart from the kopf handlers so anything can call it.
+on the job's status and pods); the training progress and the GPU use are read from the pods' sidecar
+logs (:mod:`operators.kubernetes.progress`, :mod:`operators.kubernetes.gpu_usage`). Kept apart from
+the kopf handlers so anything can call it.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from typing import Any, assert_never
 from pydantic import ValidationError
 
 from operators.kubernetes.admission import admission_refusal, first_sight, refused_status
-from operators.kubernetes.gpu_usage import collect_gpu_usage
+from operators.kubernetes.gpu_usage import collect_gpu_usage, read_monitor_logs
+from operators.kubernetes.progress import with_progress
 from operators.kubernetes.step import (
     Decision,
     being_deleted,
@@ -148,15 +150,15 @@ def reconcile_job(
         state, acted = pods_host.finish_interrupted(load_state(status, name), pods)
         if acted:  # observe what it made of the pods
             pods = client.list_job_pods(name, namespace, api, owner.uid)
-        # (b, c) observe and decide
+        # (b, c) observe (the monitors' logs, read once: training progress and GPU use) and decide
+        logs = read_monitor_logs(status, pods, namespace, now, api)
+        seen = with_progress(with_state(status, state), logs.values())
         decision = step(
-            spec, with_state(status, state), pods, nodes, candidates, name, _created_at(body, now), now,
+            spec, seen, pods, nodes, candidates, name, _created_at(body, now), now,
             config.regrow_after_s, config.spot_shortage_after_s,
-        )  # fmt: skip
-        # The monitors' windows up to now, in the same status patch (the pods of an ending job are still listed).
-        written, usage_events = collect_gpu_usage(
-            {**decision.status, "user": spec.user}, pods, namespace, now, api
         )
+        # The monitors' windows up to now, in the same status patch (the pods of an ending job are still listed).
+        written, usage_events = collect_gpu_usage({**decision.status, "user": spec.user}, pods, logs)
         # (d) the status first
         if written != status:
             client.patch_gpujob_status(name, namespace, status_patch(status, written), api)

@@ -13,7 +13,8 @@ that attempt (``gpuctl.dev/attempt``) and index (``gpuctl.dev/node-index``), nam
 Status keys: those of :meth:`JobState.to_status` (``state``, ``attempt``, ``placement``,
 ``attemptNodes``, ``segments``, ...) and display fields: ``conditions``, ``nodes`` (the attempt's
 nodes not ended: printer column), ``desiredNodes``, ``costUsd``, ``gpuType``, ``market``, ``zone``,
-``nodePriceUsdPerHour``; ``user`` and ``gpuUsage*`` are added by the reconcile.
+``nodePriceUsdPerHour``; ``user``, ``progress`` (read by :func:`step`) and ``gpuUsage*`` are added by
+the reconcile.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from operators.kubernetes.progress import progress_of
 from operators.kubernetes.spot_market import (
     ZONE_HISTORY_KEY,
     MarketMemory,
@@ -203,9 +205,12 @@ def build_view(
     regrow_after_s: float,
     market: MarketView | None = None,
     shortage: bool = False,
+    progress: Progress | None = None,
 ) -> JobView:
     """What reconcile sees. ``market``: every allowed zone (:mod:`operators.kubernetes.spot_market`),
-    else one zone made of ``candidates``; ``shortage``: see :func:`observe`."""
+    else one zone made of ``candidates``; ``shortage``: see :func:`observe`. ``progress``: the newest
+    training progress (``status.progress``); None when no progress line was ever seen (an image
+    without gpuctl's runtime): all pods running stands in."""
     nodes = observe(state, pods, existing_nodes, shortage)
     alive = [n for n in nodes if not n.phase.ended]
     all_running = bool(alive) and all(n.phase is NodePhase.RUNNING for n in alive)
@@ -223,6 +228,17 @@ def build_view(
     if market is not None and placement is not None and placement.market is MarketKind.SPOT:
         market = with_capacity(market, placement.zone, spot_capacity)
         spot_capacity = next((z.capacity for z in market.zones if z.zone == placement.zone), spot_capacity)
+    fresh, attempt_finished = all_running, False
+    if progress is not None:
+        attempt_start = min(
+            (s.started_at for s in state.segments if s.attempt == state.attempt), default=None
+        )
+        fresh = bool(progress.time and open_segment and progress.time >= open_segment.started_at)
+        attempt_finished = bool(
+            progress.finished and progress.time and attempt_start and progress.time >= attempt_start
+        )
+    else:
+        progress = Progress(step=0) if all_running else None
     return JobView(
         spec=spec,
         status=state.status,
@@ -233,9 +249,9 @@ def build_view(
         placement=placement,
         nodes=nodes,
         open_segment_nodes=open_segment.nodes if open_segment else None,
-        # Pods do not report training progress to the operator: all pods running stands in for it.
-        progress=Progress(step=0) if all_running else None,
-        progress_fresh=all_running,
+        progress=progress,
+        progress_fresh=fresh,
+        attempt_finished=attempt_finished,
         draining=draining,
         preempted_in_attempt=state.preempted_in_attempt
         or any(n.notice_at is not None for n in state.attempt_nodes),
@@ -268,6 +284,7 @@ def step(
     a spot attempt whose pods all stayed unschedulable longer than ``shortage_after_s`` marks its zone
     short of spot for ``regrow_after_s`` (:mod:`operators.kubernetes.spot_market`)."""
     loaded = load_state(status, job)
+    progress = progress_of(status)
     found = as_candidates(candidates)
     pair = (found.cheapest_spot, found.on_demand)
     active = [n.node_id for n in loaded.attempt_nodes if n.launch is not NodeLaunch.ENDED]
@@ -279,7 +296,10 @@ def step(
     )  # fmt: skip
     shortage = False
     if short is not None:  # leave the zone when the policy would place the job elsewhere, else wait
-        first = build_view(spec, loaded, pods, existing_nodes, pair, created_at, now, regrow_after_s, market)
+        first = build_view(
+            spec, loaded, pods, existing_nodes, pair, created_at, now, regrow_after_s, market,
+            progress=progress,
+        )  # fmt: skip
         clock = JobClock(now, created_at, first.deadline, first.progress)
         shortage = policy_moves(spec, first.market or market, clock)
     seen = observe(loaded, pods, existing_nodes, shortage)
@@ -292,7 +312,8 @@ def step(
     effects: list[engine.Effect] = []
     for _ in range(MAX_PASSES):
         view = build_view(
-            spec, state, pods, existing_nodes, pair, created_at, now, regrow_after_s, market, shortage
+            spec, state, pods, existing_nodes, pair, created_at, now, regrow_after_s, market, shortage,
+            progress,
         )
         planned = reconcile(view)
         if not planned:

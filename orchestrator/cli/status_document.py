@@ -210,6 +210,24 @@ def gpujob_usage(written: Any) -> GpuUsage | None:
         return None
 
 
+def gpujob_progress(written: Any) -> tuple[ProgressDoc | None, dict[str, Any] | None]:
+    """The operator's ``status.progress`` (operators/kubernetes/progress.py): the progress, and the final
+    metrics once training finished; (None, None) before a progress line, or when unreadable."""
+    if not isinstance(written, dict):
+        return None, None
+    try:
+        doc = ProgressDoc(
+            step=written["step"],
+            total_steps=written.get("totalSteps"),
+            loss=written.get("loss"),
+            world_size=written.get("worldSize"),
+        )
+    except (KeyError, ValidationError):
+        return None, None
+    metrics = written.get("metrics")
+    return doc, dict(metrics) if written.get("finished") and isinstance(metrics, dict) and metrics else None
+
+
 def kubernetes_document(obj: dict[str, Any], now: datetime | None = None) -> StatusDocument:
     """A GPUJob resource, its ``.status`` as written by the operator (operators/kubernetes/step.py)."""
     now = now or datetime.now(UTC)
@@ -220,6 +238,7 @@ def kubernetes_document(obj: dict[str, Any], now: datetime | None = None) -> Sta
     cost = _money(sum(d.cost_usd for d in docs))
     on_demand = _sum_or_none([p[1] for p in parts])
     spec = obj.get("spec") or {}
+    progress, metrics = gpujob_progress(status.get("progress"))
     return StatusDocument(
         id=meta.get("name", ""), name=meta.get("name", ""), user=status.get("user") or meta.get("namespace"),
         team=spec.get("team"), backend="kubernetes",
@@ -230,8 +249,8 @@ def kubernetes_document(obj: dict[str, Any], now: datetime | None = None) -> Sta
         nodes=status.get("nodes"), cost_usd=cost if docs else _money(float(status.get("costUsd", 0.0))),
         on_demand_equivalent_usd=on_demand,
         savings_usd=_money(on_demand - cost) if on_demand is not None else None,
-        gpu_hours=_sum_or_none([p[2] for p in parts]), cost_is_simulated=False, segments=docs, progress=None,
-        metrics=None, gpu_usage=gpujob_usage(status.get("gpuUsage")),
+        gpu_hours=_sum_or_none([p[2] for p in parts]), cost_is_simulated=False, segments=docs,
+        progress=progress, metrics=metrics, gpu_usage=gpujob_usage(status.get("gpuUsage")),
         backend_details={"namespace": meta.get("namespace"), "conditions": status.get("conditions", []),
                          "gpu_monitor_message": status.get("gpuMonitorMessage")},
     )  # fmt: skip

@@ -17,6 +17,7 @@ from orchestrator.contract import ENV_JOB_ID, ENV_NOTICE_FILE
 from orchestrator.errors import EnvironmentProblem, TemporaryError, UserError
 from orchestrator.monitor.metrics import GpuCollector, MetricsServer
 from orchestrator.monitor.notices import NoticeNotifier, NoticeWatcher, make_notice_source
+from orchestrator.monitor.progress_lines import ProgressFollower
 from orchestrator.monitor.samples import GpuSample, ReplaySource
 from orchestrator.monitor.summary import (
     DEFAULT_IDLE_THRESHOLD_PCT,
@@ -79,6 +80,18 @@ def add_monitor_arguments(parser: argparse.ArgumentParser) -> None:
         "--summary-stdout",
         action="store_true",
         help="also print each summary line on stdout (the Kubernetes operator reads the sidecar's log)",
+    )
+    parser.add_argument(
+        "--progress-file",
+        default=None,
+        help="follow this training progress file and print its records on stdout, prefixed "
+        "`gpuctl-progress ` (Kubernetes: the operator reads them from the sidecar's log)",
+    )
+    parser.add_argument(
+        "--progress-interval",
+        type=parse_duration_s,
+        default=10.0,
+        help="--progress-file: print step records at most this often; events at once (default 10s)",
     )
     parser.add_argument(
         "--idle-threshold",
@@ -242,6 +255,11 @@ def run_monitor(args: argparse.Namespace, log: Callable[[str], None] | None = No
         )
         watcher.start()
         emit(f"watching {notice_source.cloud} preemption notices every {args.notice_interval:g}s")
+    follower = (
+        ProgressFollower(args.progress_file, sys.stdout, args.progress_interval)
+        if args.progress_file
+        else None
+    )
     stop = threading.Event()
     previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGTERM, signal.SIGINT)}
     ticks = 0
@@ -249,12 +267,17 @@ def run_monitor(args: argparse.Namespace, log: Callable[[str], None] | None = No
         next_tick = time.monotonic()
         while not stop.is_set() and monitor.tick():
             ticks += 1
+            if follower is not None:
+                follower.poll()
             if args.max_ticks is not None and ticks >= args.max_ticks:
                 break
             next_tick += args.interval
             stop.wait(max(next_tick - time.monotonic(), 0.0))
     finally:
         monitor.finish()
+        if follower is not None:
+            follower.poll()
+            follower.flush()
         if watcher is not None:
             watcher.stop()
         if server is not None:

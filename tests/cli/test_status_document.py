@@ -168,3 +168,20 @@ def test_metrics_of_any_kind_are_shown(tmp_path: Path) -> None:
     doc = local_document(job, store.segments(job.id), None, summary, NOW).as_json()
     assert doc["metrics"] == summary["metrics"]
     assert "final metrics: accuracy 0.9123, best_epoch 3, note early stop" in summary_lines(doc)
+
+
+def test_kubernetes_status_shows_progress_and_final_metrics(schema: dict[str, Any]) -> None:
+    """``status.progress`` the operator keeps from the sidecars' progress lines: steps like a local job."""
+    progress = {"step": 420, "totalSteps": 1000, "loss": 0.25, "worldSize": 16, "finished": False,
+                "time": "2026-11-22T12:30:00Z"}  # fmt: skip
+    obj = {"metadata": {"name": "j", "namespace": "ml"}, "status": {"state": "RUNNING", "progress": progress}}
+    doc = valid(kubernetes_document(obj, NOW).as_json(), schema)
+    assert doc["progress"] == {"step": 420, "total_steps": 1000, "loss": 0.25, "world_size": 16}
+    assert doc["metrics"] is None  # only a finished run has final metrics
+    finished = {**progress, "step": 1000, "finished": True, "metrics": {"accuracy": 0.97}}
+    obj["status"] = {"state": "SUCCEEDED", "progress": finished}
+    doc = valid(kubernetes_document(obj, NOW).as_json(), schema)
+    assert doc["progress"]["step"] == 1000 and doc["metrics"] == {"accuracy": 0.97}
+    assert "final metrics: accuracy 0.9700" in summary_lines(doc)
+    obj["status"] = {"state": "RUNNING", "progress": {"totalSteps": "many"}}  # unreadable: left out
+    assert kubernetes_document(obj, NOW).progress is None

@@ -207,6 +207,27 @@ def zone_history_schema() -> dict[str, Any]:
     }
 
 
+def progress_schema() -> dict[str, Any]:
+    """``status.progress``: the newest training progress record (operators/kubernetes/progress.py)."""
+    return {
+        "type": "object",
+        "description": "the newest training progress the monitor sidecars printed (as `gpuctl status`)",
+        "properties": {
+            "step": {"type": "integer"},
+            "totalSteps": {"type": "integer"},
+            "loss": {"type": "number"},
+            "worldSize": {"type": "integer"},
+            "finished": {"type": "boolean", "description": "training wrote its final record"},
+            "metrics": {
+                "type": "object",
+                "description": "final metrics the training script reported",
+                "additionalProperties": {"type": "number"},
+            },
+            "time": {"type": "string", "format": "date-time", "description": "by the trainer's clock"},
+        },
+    }
+
+
 def status_openapi_schema() -> dict[str, Any]:
     condition = {
         "type": "object",
@@ -245,6 +266,7 @@ def status_openapi_schema() -> dict[str, Any]:
                 "x-kubernetes-list-type": "map",
                 "x-kubernetes-list-map-keys": ["type"],
             },
+            "progress": progress_schema(),
             **gpu_usage_schemas(),
             "zoneHistory": zone_history_schema(),
         },

@@ -310,7 +310,7 @@ def _trainer_resources(spec: JobSpec) -> dict[str, Any]:
 def _monitor_container(job: str, name: str, config: KubeConfig) -> dict[str, Any]:
     """Native sidecar (init container that keeps running): the pod still completes with the trainer.
 
-    Its stdout carries only window summary lines (its own messages go to stderr)."""
+    Its stdout carries only window summary lines and progress lines (its own messages go to stderr)."""
     return {
         "name": MONITOR,
         "image": config.monitor_image,
@@ -324,6 +324,8 @@ def _monitor_container(job: str, name: str, config: KubeConfig) -> dict[str, Any
             f"--notice-file={NOTICE_FILE}",
             # Window summaries go to the container log, where the operator reads them.
             "--summary-stdout",
+            # and the trainer's progress records, which the operator reads there too.
+            f"--progress-file={PROGRESS_FILE}",
             # Without NVML (a node without the NVIDIA runtime) keep polling for notices rather
             # than exit and be restarted over and over.
             "--keep-running",

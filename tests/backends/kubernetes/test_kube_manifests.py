@@ -157,6 +157,14 @@ def test_monitor_runs_as_native_sidecar() -> None:
     assert parsed.keep_running is True  # without NVML it keeps polling notices instead of crash-looping
     assert monitor["securityContext"]["readOnlyRootFilesystem"] is True
     assert parsed.addr == "0.0.0.0"  # Prometheus scrapes the pod IP; the monitor's default is loopback
+    # The sidecar follows the file the trainer's runtime writes, on the volume both mount.
+    trainer = pod(spec())["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in trainer["env"]}
+    assert parsed.progress_file == env[contract.ENV_PROGRESS_FILE] == "/gpuctl/shared/progress.jsonl"
+    shared = {m["mountPath"] for m in trainer["volumeMounts"]} & {
+        m["mountPath"] for m in monitor["volumeMounts"]
+    }
+    assert "/gpuctl/shared" in shared
 
 
 def test_the_trainer_is_locked_down_whatever_the_spec_says() -> None:

@@ -29,6 +29,7 @@ from operators.kubernetes.reconcile import reconcile_job  # noqa: E402
 from orchestrator.backends.kubernetes import client  # noqa: E402
 from orchestrator.backends.kubernetes.config import COST_CONFIG_ENV, KubeConfig  # noqa: E402
 from orchestrator.backends.kubernetes.crd import GROUP, PLURAL, VERSION  # noqa: E402
+from orchestrator.contract import PROGRESS_LINE_PREFIX  # noqa: E402
 from orchestrator.monitor.samples import read_sample_ticks  # noqa: E402
 from orchestrator.monitor.summary import WindowAggregator, unavailable_record  # noqa: E402
 from orchestrator.state.gpu_usage import NO_NVML_MESSAGE, aggregate, usage_window  # noqa: E402
@@ -444,3 +445,46 @@ async def test_team_budget_in_the_cost_config_refuses_at_admission(
     assert "team 'vision' has $10.00 left of its $10.00 monthly budget" in job["status"]["message"]
     await create_job(cluster, "other-team", 1)  # team default: no budget
     await pods_when(cluster, lambda ps: names(ps) == ["other-team-n0"])
+
+
+def progress_line(at: float, step: int, **record: Any) -> str:
+    """A progress record as the sidecar prints it (``--progress-file``)."""
+    when = datetime.fromtimestamp(at, UTC).isoformat(timespec="milliseconds")
+    return PROGRESS_LINE_PREFIX + json.dumps({"time": when, "step": step, **record})
+
+
+async def test_progress_lines_in_the_monitor_log_give_status_progress_and_success(cluster: Cluster) -> None:
+    await create_job(cluster, "p", 1)
+    await pods_when(cluster, lambda ps: len(ps) == 1)
+    now = time.time()
+    window_end, window = monitor_lines(end_ago_s=5.0)[0]
+    cluster.logs.write(NS, "p-n0", "monitor", window, at=window_end)
+    for i in range(3):  # written after the attempt began (its segment opened when the pod was created)
+        line = progress_line(now + i / 10, 10 * (i + 1), total_steps=100, loss=1.0 / (i + 1), world_size=8)
+        cluster.logs.write(NS, "p-n0", "monitor", line, at=now)
+    await set_pod_status(cluster, "p-n0", RUNNING)
+    job = await job_when(cluster, "p", lambda st: st.get("state") == "RUNNING" and "progress" in st)
+    progress = job["status"]["progress"]
+    assert (progress["step"], progress["totalSteps"], progress["worldSize"], progress["finished"]) == (
+        30,
+        100,
+        8,
+        False,
+    )
+    assert condition(job["status"], "Running")["message"] == "training at step 30 on 1 node(s)"
+    assert job["status"]["gpuUsage"]["windows"] == 1  # the same log read gave the GPU window
+
+    # Re-reads (sinceSeconds reaches back) change nothing; a finished record then the pod's exit: success.
+    await asyncio.sleep(1.0)
+    assert (await cluster.job("p"))["status"]["progress"] == progress
+    done = progress_line(time.time(), 100, event="finished", metrics={"accuracy": 0.97})
+    cluster.logs.write(NS, "p-n0", "monitor", done)
+    job = await job_when(cluster, "p", lambda st: (st.get("progress") or {}).get("finished") is True)
+    await set_pod_status(cluster, "p-n0", {"phase": "Succeeded"})
+    job = await job_when(cluster, "p", lambda st: st.get("state") == "SUCCEEDED")
+    assert job["status"]["progress"]["step"] == 100 and job["status"]["progress"]["metrics"] == {
+        "accuracy": 0.97
+    }
+    assert job["status"]["gpuUsage"]["windows"] == 1
+    reads = [r for r in cluster.logs.requests if r["pod"] == "p-n0"]
+    assert all(r["container"] == "monitor" for r in reads)
