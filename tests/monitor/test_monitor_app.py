@@ -104,6 +104,7 @@ def test_without_nvml_the_unavailable_line_goes_to_stdout_too(capsys: pytest.Cap
     assert record["kind"] == "gpuctl.monitor.unavailable" and record["reason"] == "no_nvml"
 
 
+@pytest.mark.slow  # a real metadata server / HTTP scrape
 def test_monitor_serves_metrics_while_running(tmp_path: Path) -> None:
     args = build_parser().parse_args(
         ["monitor", "--source", "replay", str(H100X8), "--loop", "--interval", "0.05", "--port", "0",
@@ -192,6 +193,7 @@ def test_sidecar_process_stops_on_sigterm_and_writes_the_last_window(tmp_path: P
     assert "stopped after" in err
 
 
+@pytest.mark.slow  # a real metadata server / HTTP scrape
 def test_without_nvml_keep_running_still_watches_for_notices(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

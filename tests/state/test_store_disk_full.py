@@ -7,7 +7,11 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.state.namespaces import gpuctl, needs_mount_namespace, run_in_namespace
+
+pytestmark = pytest.mark.slow  # a tmpfs in a mount namespace and gpuctl subprocesses
 
 FILL_AND_WRITE = """
 import errno, json, os, sys

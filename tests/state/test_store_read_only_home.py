@@ -15,6 +15,8 @@ import pytest
 from orchestrator.state.store import JobStore
 from tests.state.namespaces import gpuctl, needs_mount_namespace, run_in_namespace
 
+pytestmark = pytest.mark.slow  # mount namespaces and gpuctl subprocesses
+
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 
 

@@ -41,7 +41,7 @@ if _saved_interval is None:
 else:
     os.environ["GPUCTL_RECONCILE_INTERVAL_S"] = _saved_interval
 
-pytestmark = pytest.mark.asyncio
+pytestmark = [pytest.mark.asyncio, pytest.mark.slow]  # slow: the real kopf operator against an API emulator
 
 NS = "default"
 JOB_RES = f"{GROUP}/{VERSION}/{PLURAL}"

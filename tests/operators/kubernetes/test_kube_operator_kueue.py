@@ -21,7 +21,7 @@ from tests.operators.kubernetes.test_kube_operator import (  # the fixture and h
     set_pod_status,
 )
 
-pytestmark = pytest.mark.asyncio
+pytestmark = [pytest.mark.asyncio, pytest.mark.slow]  # slow: the real kopf operator against an API emulator
 __all__ = ["cluster"]
 
 GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"

@@ -20,7 +20,7 @@ from tests.operators.kubernetes.test_kube_operator import (  # the fixture and h
     set_pod_status,
 )
 
-pytestmark = pytest.mark.asyncio
+pytestmark = [pytest.mark.asyncio, pytest.mark.slow]  # slow: the real kopf operator against an API emulator
 __all__ = ["cluster"]
 
 CATALOG = (
