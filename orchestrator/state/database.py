@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import shutil
 import sqlite3
 from collections.abc import Sequence
@@ -104,6 +105,23 @@ def prepare(home: Path, path: Path, read_only: bool) -> None:
 
 
 def _create_or_upgrade(home: Path, path: Path) -> None:
+    """:func:`_create_or_upgrade_once` under an exclusive file lock beside the store: processes that
+    open a new store together would otherwise race to switch it to WAL, and SQLite refuses the loser
+    at once ("busy"), whatever the busy timeout."""
+    try:
+        ensure_home(home)
+        lock = open(path.with_name(path.name + ".init-lock"), "a")  # noqa: SIM115 - closed below
+    except OSError:  # a read-only home: nothing to serialise with; the writes below say what is wrong
+        _create_or_upgrade_once(home, path)
+        return
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _create_or_upgrade_once(home, path)
+    finally:
+        lock.close()  # closing releases the lock
+
+
+def _create_or_upgrade_once(home: Path, path: Path) -> None:
     try:
         ensure_home(home)
     except OSError as exc:
