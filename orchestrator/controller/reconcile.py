@@ -44,6 +44,9 @@ from orchestrator.state.status import FailureReason, JobStatus
 
 S = JobStatus
 
+LINGER_AFTER_FINISHED_S = 30.0
+"""After training wrote its final record, nodes still running this long are stopped (the job succeeded)."""
+
 
 @dataclass(frozen=True)
 class JobView:
@@ -191,8 +194,19 @@ def _follow(view: JobView) -> list[Action]:
             Transition(S.SUCCEEDED, "training finished"),
         ]
     # 6a'. Training finished and nodes are still exiting: wait for them; a loss now is not a preemption.
+    #      Nodes still there LINGER_AFTER_FINISHED_S later (torchrun's exit barrier can hold an agent
+    #      for minutes) only cost money: the final checkpoint is saved, so stop them and succeed.
     if done and alive:
-        return []
+        finished_at = view.progress.time if view.progress is not None else None
+        if finished_at is None or (view.now - finished_at).total_seconds() < LINGER_AFTER_FINISHED_S:
+            return []
+        return [
+            StopNodes(_ids(alive), spec.checkpoint.notice_grace_seconds, "lingering after training finished"),
+            *_close(view, "finished"),
+            MarkNodesEnded(_ids(nodes)),
+            Transition(S.SUCCEEDED, f"training finished; {len(alive)} node(s) still running "
+                       f"{LINGER_AFTER_FINISHED_S:.0f} s later were stopped"),
+        ]  # fmt: skip
 
     # 6b. Budget: stop with a checkpoint once the money is spent.
     budget = spec.goals.budget_usd

@@ -278,3 +278,19 @@ def test_training_that_finished_before_a_stop_took_effect_is_not_placed_again() 
         assert targets(actions) == [S.SUCCEEDED]
         assert not [a for a in actions if isinstance(a, StartAttempt)]
     assert targets(reconcile(replace(v, attempt_finished=False))) == [S.LAUNCHING]
+
+
+def test_nodes_lingering_after_training_finished_are_stopped_and_the_job_succeeds() -> None:
+    """torchrun's exit barrier can hold an agent for minutes after its workers are done: the final
+    checkpoint is saved, so after a short wait the controller stops the nodes instead of paying."""
+    nodes = (node(0, NodePhase.RUNNING), node(1, NodePhase.SUCCEEDED, 0))
+    finished = replace(FINISHED, time=NOW - timedelta(seconds=5))
+    v = view("resources: {nodes: 2}\n", status=S.RUNNING, attempt=1, placement=SPOT, nodes=nodes,
+             open_segment_nodes=2, progress=finished, progress_fresh=True)  # fmt: skip
+    assert reconcile(v) == []  # still exiting normally
+    later = replace(v, now=NOW + timedelta(seconds=60))
+    actions = reconcile(later)
+    assert targets(actions) == [S.SUCCEEDED]
+    (stop,) = [a for a in actions if isinstance(a, StopNodes)]
+    assert stop.node_ids == ("t-a1-n0",)
+    assert CloseSegment("finished") in actions and not [a for a in actions if isinstance(a, StartAttempt)]
