@@ -90,7 +90,8 @@ class Cluster:
         )
         return obj
 
-    async def wait_for(self, what: str, check: Callable[[], Any], timeout: float = 15.0) -> Any:
+    async def wait_for(self, what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
+        # a condition, not a sleep: a busy CI machine only makes passing slower, never failing
         deadline = asyncio.get_running_loop().time() + timeout
         while True:
             result = await check()
@@ -270,8 +271,11 @@ async def test_delete_cleans_up_pods_and_service(cluster: Cluster) -> None:
         return not await cluster.pods()
 
     await cluster.wait_for("no pods", no_pods)
-    services = await cluster.call(cluster.core.list_namespaced_service, NS)
-    assert services.items == []
+
+    async def no_services() -> bool:  # the operator deletes the pods first, then the Service
+        return not (await cluster.call(cluster.core.list_namespaced_service, NS)).items
+
+    await cluster.wait_for("no rendezvous Service", no_services)
 
     async def gone() -> bool:
         try:
