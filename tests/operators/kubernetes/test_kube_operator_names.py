@@ -144,12 +144,13 @@ async def test_a_foreign_pod_with_the_would_be_name_is_not_adopted_nor_deleted(c
     status = job["status"]
     assert status["failureReason"] == "backend_error"
     assert "f-n0 already exists and does not belong to job f" in status["message"]
-    await asyncio.sleep(1.0)
-    pods = await cluster.pods()  # the stranger's pod only: none of the job's is left behind
-    assert [(p["metadata"]["name"], p["metadata"]["ownerReferences"][0]["uid"]) for p in pods] == [
-        ("f-n0", "someone-else")
-    ]
-    assert await services(cluster) == []
+
+    async def only_the_strangers_pod_left() -> bool:  # none of the job's pods or Service left behind
+        pods = await cluster.pods()
+        owners = [(p["metadata"]["name"], p["metadata"]["ownerReferences"][0]["uid"]) for p in pods]
+        return owners == [("f-n0", "someone-else")] and await services(cluster) == []
+
+    await cluster.wait_for("only the stranger's pod left", only_the_strangers_pod_left)
     await delete_job(cluster, "f")
     assert [p["metadata"]["name"] for p in await cluster.pods()] == ["f-n0"]
 
