@@ -18,6 +18,7 @@ import pytest_asyncio
 from orchestrator.backends.kubernetes import client
 from orchestrator.cli import kube_jobs
 from orchestrator.cli.main import main
+from tests.cli.test_kube_jobs_cli import use_emulator
 from tests.operators.kubernetes.fake_pod_logs import FakePodLogs
 
 VERBS = {"list", "watch", "get", "create", "patch", "update", "delete"}
@@ -32,14 +33,7 @@ async def pod_logs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIter
     logs = FakePodLogs()
     logs.install(emulator)
     async with emulator, kmock.Server(emulator) as server:
-        path = tmp_path / "kubeconfig"
-        path.write_text(
-            "apiVersion: v1\nkind: Config\ncurrent-context: test\n"
-            f"clusters: [{{name: emu, cluster: {{server: '{str(server.url).rstrip('/')}'}}}}]\n"
-            "users: [{name: me, user: {}}]\ncontexts: [{name: test, context: {cluster: emu, user: me}}]\n"
-        )
-        monkeypatch.setenv("KUBECONFIG", str(path))
-        monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+        use_emulator(tmp_path, str(server.url), monkeypatch)
         yield logs
 
 

@@ -25,6 +25,19 @@ from tests.controller.test_admission import OVER_BUDGET_JOB
 VERBS = {"list", "watch", "get", "create", "patch", "update", "delete"}
 
 
+def use_emulator(tmp_path: Path, url: str, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A kubeconfig naming the emulator at ``url``, made the one the client reads."""
+    path = tmp_path / "kubeconfig"
+    path.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: test\n"
+        f"clusters: [{{name: emu, cluster: {{server: '{url.rstrip('/')}'}}}}]\n"
+        "users: [{name: me, user: {}}]\ncontexts: [{name: test, context: {cluster: emu, user: me}}]\n"
+    )
+    monkeypatch.setenv("KUBECONFIG", str(path))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    return path
+
+
 @pytest_asyncio.fixture
 async def kubeconfig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Path]:
     emulator = kmock.KubernetesEmulator()
@@ -33,14 +46,7 @@ async def kubeconfig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIt
         kind="GPUJob", namespaced=True, verbs=VERBS
     )
     async with emulator, kmock.Server(emulator) as server:
-        path = tmp_path / "kubeconfig"
-        path.write_text(
-            "apiVersion: v1\nkind: Config\ncurrent-context: test\n"
-            f"clusters: [{{name: emu, cluster: {{server: '{str(server.url).rstrip('/')}'}}}}]\n"
-            "users: [{name: me, user: {}}]\ncontexts: [{name: test, context: {cluster: emu, user: me}}]\n"
-        )
-        monkeypatch.setenv("KUBECONFIG", str(path))
-        monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+        path = use_emulator(tmp_path, str(server.url), monkeypatch)
         yield path
 
 
