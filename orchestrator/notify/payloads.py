@@ -8,10 +8,11 @@ sequences (``<!channel>``, ``<https://...|link>``) are escaped.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from email.message import EmailMessage
 from typing import Any
 
-from orchestrator.notify.messages import Notification, clip
+from orchestrator.notify.messages import MAX_MESSAGE_CHARS, Notification, bounded_evidence, clip
 
 MAX_PAYLOAD_BYTES = 16 * 1024
 """No webhook body is larger (Slack takes 40 000 characters of text; chat tools less)."""
@@ -19,9 +20,15 @@ MAX_SLACK_TEXT = 3000
 """A Slack section block's text limit."""
 
 
+def bounded(note: Notification) -> Notification:
+    """``note`` with its message and evidence cut to size (a notification read back from an outbox
+    written by anything is bounded again here)."""
+    return replace(note, message=clip(note.message, MAX_MESSAGE_CHARS), evidence=bounded_evidence(note.evidence))
+
+
 def json_payload(note: Notification) -> bytes:
     """``{"job", "team", "user", "event", "kind", "message", "time", "evidence"}`` as UTF-8 JSON."""
-    data = note.to_json()
+    data = bounded(note).to_json()
     body = _dumps(data)
     if len(body) > MAX_PAYLOAD_BYTES:  # the evidence is the only part of unbounded shape
         data["evidence"] = {"truncated": True}
@@ -36,6 +43,7 @@ def slack_escape(text: str) -> str:
 
 def slack_payload(note: Notification) -> bytes:
     """``text`` (the fallback every Slack-compatible receiver shows) and ``blocks``."""
+    note = bounded(note)
     headline = slack_escape(note.headline)
     message = slack_escape(note.message)
     facts = ", ".join(f"{k}={v}" for k, v in note.evidence.items())
@@ -62,6 +70,7 @@ def slack_payload(note: Notification) -> bytes:
 
 def email_message(note: Notification, sender: str, to: list[str]) -> EmailMessage:
     """A plain-text mail: the headline as subject, the message and the evidence as lines."""
+    note = bounded(note)
     mail = EmailMessage()
     mail["Subject"] = clip(note.headline, 200)
     mail["From"] = sender
