@@ -124,7 +124,7 @@ def post_failure(api: Any, item: Pending, message: str) -> None:
     note = item.notification
     namespace = note.namespace or "default"
     now = datetime.now(UTC).isoformat().replace("+00:00", "Z")
-    event = {
+    event: Any = {
         "metadata": {"generateName": f"{note.job}."},
         "involvedObject": {"apiVersion": API_VERSION, "kind": KIND, "name": note.job, "namespace": namespace},
         "reason": "notify_failed", "message": message, "type": "Warning", "count": 1,

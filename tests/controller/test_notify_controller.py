@@ -17,7 +17,7 @@ from orchestrator.notify import RetryPolicy
 from orchestrator.spec import load_spec_text
 from orchestrator.state.store import JobStore
 from orchestrator.testing import FakeClock, SimScript, SimulatedBackend
-from tests.notify.receivers import WebhookReceiver, down_url, webhook  # noqa: F401 - fixtures
+from tests.notify.receivers import WebhookReceiver, down_url_fixture, webhook_fixture  # noqa: F401 - fixtures
 
 ROUND_S = 10.0
 FAST = RetryPolicy(first_delay_s=0.01, factor=2.0, max_attempts=3)
@@ -98,7 +98,10 @@ def test_budget_thresholds_notify_once_each_across_restarts(tmp_path: Path, webh
     deliver_all(Controller(store, world, retry=FAST))
     bodies = webhook.wait_for(4)
     assert [(b["event"], b["evidence"].get("percent")) for b in bodies] == [
-        ("budget", 50), ("budget", 80), ("budget", 100), ("failed", None)
+        ("budget", 50),
+        ("budget", 80),
+        ("budget", 100),
+        ("failed", None),
     ]
     assert bodies[0]["evidence"]["budget_usd"] == 0.05 and bodies[0]["evidence"]["spent_usd"] >= 0.025
     assert bodies[-1]["evidence"]["reason"] == "over_budget"
@@ -131,7 +134,9 @@ def test_a_failing_receiver_is_retried_then_one_notify_failed_event(
     assert len(failed) == 2, failed  # one per notification
     assert {e.message.split("'")[1] for e in failed} == {"preempted", "succeeded"}
     assert all("after 3 tries: the webhook answered HTTP 503" in e.message for e in failed)
-    assert all("SECRETPATH" not in e.message and "json webhook http://127.0.0.1:" in e.message for e in failed)
+    assert all(
+        "SECRETPATH" not in e.message and "json webhook http://127.0.0.1:" in e.message for e in failed
+    )
 
 
 @pytest.fixture
@@ -175,8 +180,10 @@ def test_ticks_do_not_wait_for_a_hanging_or_down_receiver(
         took = run_job(store, world, clock, controller, loud)
         assert entered.wait(10), "the worker never reached the hanging receiver"
         assert controller.notifier.outbox.pending() >= 2  # blocked on the first send: the rest waits
-        print(f"tick time, no notify: max {max(baseline) * 1000:.1f} ms; with a hanging and a down "
-              f"receiver: max {max(took) * 1000:.1f} ms, median {sorted(took)[len(took) // 2] * 1000:.1f} ms")
+        print(
+            f"tick time, no notify: max {max(baseline) * 1000:.1f} ms; with a hanging and a down "
+            f"receiver: max {max(took) * 1000:.1f} ms, median {sorted(took)[len(took) // 2] * 1000:.1f} ms"
+        )
         assert max(took) < max(baseline) + 0.5  # the ticks never waited on the network
     finally:
         release.set()

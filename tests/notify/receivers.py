@@ -1,6 +1,6 @@
 """Loopback receivers for the notification tests: an HTTP webhook receiver and an SMTP server (aiosmtpd).
 
-Fixtures: import them into a test module or conftest (``from tests.notify.receivers import webhook``)."""
+Fixtures: import them into a test module or conftest (``from tests.notify.receivers import webhook_fixture``)."""
 
 from __future__ import annotations
 
@@ -35,8 +35,8 @@ class WebhookReceiver:
             return list(self.requests)
 
 
-@pytest.fixture
-def webhook() -> Iterator[WebhookReceiver]:
+@pytest.fixture(name="webhook")
+def webhook_fixture() -> Iterator[WebhookReceiver]:
     receiver = WebhookReceiver(url="")
 
     class Handler(BaseHTTPRequestHandler):
@@ -67,8 +67,8 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture
-def down_url() -> str:
+@pytest.fixture(name="down_url")
+def down_url_fixture() -> str:
     """A webhook URL nothing listens on."""
     return f"http://127.0.0.1:{free_port()}/hook"
 
@@ -86,8 +86,8 @@ class SmtpReceiver:
             return list(self.mails)
 
 
-@pytest.fixture
-def smtp() -> Iterator[SmtpReceiver]:
+@pytest.fixture(name="smtp")
+def smtp_fixture() -> Iterator[SmtpReceiver]:
     receiver = SmtpReceiver(port=free_port())
 
     class Handler:

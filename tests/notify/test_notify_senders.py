@@ -20,7 +20,10 @@ EVIDENCE: dict[NotifyEvent, dict[str, object]] = {
     NotifyEvent.PREEMPTED: {"attempt": 1, "preemptions": 1, "zone": "us-east-1a"},
     NotifyEvent.ON_DEMAND: {"gpu_type": "A100", "market": "on-demand", "node_price_usd_per_hour": 4.1},
     NotifyEvent.BUDGET: {"percent": 80, "spent_usd": 8.0, "budget_usd": 10.0},
-    NotifyEvent.DEADLINE_AT_RISK: {"eta": "2026-03-01T18:00:00+00:00", "deadline": "2026-03-01T16:00:00+00:00"},
+    NotifyEvent.DEADLINE_AT_RISK: {
+        "eta": "2026-03-01T18:00:00+00:00",
+        "deadline": "2026-03-01T16:00:00+00:00",
+    },
     NotifyEvent.STALLED: {"step": 120, "stalled_s": 600.0},
     NotifyEvent.IDLE: {"util_pct": 1.5, "idle_s": 900.0},
     NotifyEvent.SUCCEEDED: {"cost_usd": 3.2},
@@ -112,9 +115,14 @@ def test_http_errors(webhook: WebhookReceiver, status: int, permanent: bool) -> 
 
 
 def test_link_local_and_bad_scheme_from_a_secret_are_refused() -> None:
-    for url, words in [("http://169.254.169.254/latest", "link-local"), ("file:///etc/passwd", "http or https")]:
+    for url, words in [
+        ("http://169.254.169.254/latest", "link-local"),
+        ("file:///etc/passwd", "http or https"),
+    ]:
         with pytest.raises(DeliveryError) as err:
-            Sender(lambda ref, n, u=url: u).send(NotifyTarget(webhook={"from_env": "X"}), note(NotifyEvent.IDLE))
+            Sender(lambda ref, n, u=url: u).send(
+                NotifyTarget(webhook={"from_env": "X"}), note(NotifyEvent.IDLE)
+            )
         assert words in err.value.what and err.value.permanent
 
 
