@@ -4,7 +4,7 @@ Layers (imports only point down; enforced by import-linter, see pyproject.toml):
   cli, operators, testing  entry points (and the test kit, which may use anything)
   controller               reconcile (pure) -> engine.apply (pure) -> hosts: the driver (SQLite,
                            local and SLURM) and the Kubernetes operator (GPUJob status)
-  policies, backends, costs   the three backends are independent of each other
+  policies, backends, costs, notify   the three backends are independent of each other
   catalog, state
   spec | runtime | monitor runtime: imported by training scripts; monitor: the sidecar; neither
                            imports anything above errors/contract (a training image needs no controller)

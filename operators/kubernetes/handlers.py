@@ -22,7 +22,7 @@ from typing import Any
 
 import kopf
 
-from operators.kubernetes import metrics
+from operators.kubernetes import metrics, notify
 from operators.kubernetes.reconcile import cleanup_job, reconcile_job
 from orchestrator.backends.kubernetes import client
 from orchestrator.backends.kubernetes.config import KubeConfig
@@ -51,6 +51,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP)
     settings.posting.level = 20  # logging.INFO: job events become Kubernetes Events (see _reconcile)
     load_config()  # fail at startup, not at the first job, on bad settings
+    notify.start(_api)  # and on a bad notify: section in $GPUCTL_HOME/config.yaml
     port = os.environ.get("GPUCTL_METRICS_PORT")
     if port:
         metrics.serve(int(port))
@@ -75,6 +76,7 @@ def _reconcile(name: str, namespace: str, body: Any, logger: Any) -> None:
         decision = reconcile_job(name, namespace, load_config(), datetime.now(UTC), _api())
     if decision is not None:
         metrics.record(namespace, name, decision.status)
+        notify.send_later(decision.notifications, body.get("spec") or {}, namespace, datetime.now(UTC))
     for message in decision.events if decision else ():
         logger.info(message)
         # One Kubernetes Event per job event (kopf posts log messages only with posting.loggers,

@@ -45,7 +45,8 @@ from orchestrator.controller import engine
 from orchestrator.controller.market_choice import JobClock, MarketView
 from orchestrator.controller.placement import Candidates
 from orchestrator.controller.reconcile import JobView, reconcile
-from orchestrator.spec import JobSpec, parse_deadline
+from orchestrator.notify import JobRef, Notification, notifications_for
+from orchestrator.spec import JobSpec, MarketMode, parse_deadline
 from orchestrator.state.job_state import STATUS_KEYS, JobEvent, JobState, NodeLaunch, NodeState
 from orchestrator.state.status import FailureReason, JobStatus
 
@@ -74,6 +75,9 @@ class Decision:
     """What to do after ``status`` is written (pods to create and delete)."""
     events: tuple[str, ...] = ()
     """One Kubernetes Event each."""
+    notifications: tuple[Notification, ...] = ()
+    """What the engine's events tell people (:mod:`operators.kubernetes.notify` sends them once the
+    status is written)."""
 
     @property
     def launch(self) -> tuple[str, ...]:
@@ -309,10 +313,21 @@ def step(
         for n, before in zip(state.attempt_nodes, loaded.attempt_nodes, strict=True)
         if n.notice_at is not None and before.notice_at is None
     ]
+    state, budget_events = engine.note_budget(state, spec.goals.budget_usd, now)
+    events += budget_events
     effects: list[engine.Effect] = []
     for _ in range(MAX_PASSES):
         view = build_view(
-            spec, state, pods, existing_nodes, pair, created_at, now, regrow_after_s, market, shortage,
+            spec,
+            state,
+            pods,
+            existing_nodes,
+            pair,
+            created_at,
+            now,
+            regrow_after_s,
+            market,
+            shortage,
             progress,
         )
         planned = reconcile(view)
@@ -326,7 +341,10 @@ def step(
         if applied.effects or not all(isinstance(a, act.Transition) for a in planned):
             break
     kept = {**status, ZONE_HISTORY_KEY: memory.to_status()}
-    return Decision(status_of(kept, state, events, now), state, tuple(effects), event_messages(events))
+    notes = notifications_for(JobRef(job, spec.team, spec.user), spec.market.mode, loaded, state, events, now)
+    return Decision(
+        status_of(kept, state, events, now), state, tuple(effects), event_messages(events), tuple(notes)
+    )
 
 
 def status_of(
@@ -384,9 +402,13 @@ def fail(status: Mapping[str, Any], job: str, reason: FailureReason, message: st
         actions.append(act.CloseSegment("failed"))
     actions.append(act.Transition(JobStatus.FAILED, message, reason))
     applied = engine.apply(actions, state, job, (), now)
+    team, user = str(status.get("team") or "default"), str(status.get("user") or "")
+    notes = notifications_for(JobRef(job, team, user), MarketMode.SPOT_WITH_FALLBACK, state, applied.state,
+                              applied.events, now)  # fmt: skip
     return Decision(
         status_of(status, applied.state, applied.events, now),
         applied.state,
         applied.effects,
         event_messages(applied.events),
+        tuple(notes),
     )

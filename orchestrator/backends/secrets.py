@@ -62,19 +62,30 @@ def reference_values(
     values: dict[str, str] = {}
     for name, ref in env_references(env).items():
         if isinstance(ref, FromEnv):
-            values[name] = _from_environ(name, ref, environ, where)
+            values[name] = _from_environ(f"env.{name}", ref, environ, where)
         else:
             if ref.secret not in files:
                 files[ref.secret] = read_secrets_file(secrets_dir(home) / ref.secret, f"env.{name}")
-            values[name] = _key_of(files[ref.secret], name, ref, secrets_dir(home) / ref.secret)
+            values[name] = _key_of(files[ref.secret], f"env.{name}", ref, secrets_dir(home) / ref.secret)
     return values
 
 
-def _from_environ(name: str, ref: FromEnv, environ: Mapping[str, str], where: str) -> str:
+def reference_value(
+    ref: EnvReference, environ: Mapping[str, str], home: Path | None = None, used_by: str = "notify"
+) -> str:
+    """The value of one reference (a notification's webhook URL or SMTP password), read now and
+    never stored; :class:`UserError` names the reference and the fix, never a value."""
+    if isinstance(ref, FromEnv):
+        return _from_environ(used_by, ref, environ, "the environment of the gpuctl controller")
+    path = secrets_dir(home) / ref.secret
+    return _key_of(read_secrets_file(path, used_by), used_by, ref, path)
+
+
+def _from_environ(field: str, ref: FromEnv, environ: Mapping[str, str], where: str) -> str:
     value = environ.get(ref.from_env)
     if value is None:
         raise UserError(
-            f"env.{name} is {{from_env: {ref.from_env}}}, but {ref.from_env} is not set in {where}",
+            f"{field} is {{from_env: {ref.from_env}}}, but {ref.from_env} is not set in {where}",
             f"set {ref.from_env} in the environment of the process that launches the job (a controller "
             "takes it from the shell that started it: stop it and submit again from a shell where it is "
             "set), or keep the value in a secrets file and write {secret: NAME, key: KEY} "
@@ -83,11 +94,11 @@ def _from_environ(name: str, ref: FromEnv, environ: Mapping[str, str], where: st
     return value
 
 
-def _key_of(data: Mapping[str, str], name: str, ref: SecretRef, path: Path) -> str:
+def _key_of(data: Mapping[str, str], field: str, ref: SecretRef, path: Path) -> str:
     if ref.key not in data:
         keys = ", ".join(sorted(data)[:20]) or "none"
         raise UserError(
-            f"env.{name}: the secrets file {path} has no key '{ref.key}' (its keys: {keys})",
+            f"{field}: the secrets file {path} has no key '{ref.key}' (its keys: {keys})",
             f"add a line `{ref.key}: VALUE` to {path}, or fix the key in the job spec",
         )
     return data[ref.key]

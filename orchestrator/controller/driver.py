@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Sequence
+import sqlite3
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, assert_never
 
@@ -29,8 +30,9 @@ from orchestrator.controller.measurements import gpu_measurements, monitor_usage
 from orchestrator.controller.placement import Candidates, candidates_for
 from orchestrator.controller.reconcile import JobView, reconcile
 from orchestrator.errors import SpecError
+from orchestrator.notify import JobRef, NotifyConfig, addressed, enqueue, notifications_for
 from orchestrator.policies import GpuMeasurement, ZoneHistory
-from orchestrator.spec import Checkpoint, JobSpec, spec_from_json
+from orchestrator.spec import Checkpoint, JobSpec, MarketMode, spec_from_json
 from orchestrator.spec import RightSize as RightSizeMode
 from orchestrator.state.job_state import JobEvent, JobState, NodeLaunch, SegmentState
 from orchestrator.state.records import JobRecord
@@ -51,11 +53,23 @@ def placement_to_dict(placement: Placement) -> dict[str, Any]:
 
 
 class Driver:
-    """The local and SLURM hosts of the engine: state in the SQLite store, effects through the backend."""
+    """The local and SLURM hosts of the engine: state in the SQLite store, effects through the backend.
 
-    def __init__(self, store: JobStore, backend: Backend) -> None:
+    ``notify``: the teams' notification targets (a job's own come with its spec); a tick's
+    notifications are added to the store's outbox in the tick's transaction, then ``on_notify`` is
+    called (it wakes the delivery worker: the tick never waits on the network)."""
+
+    def __init__(
+        self,
+        store: JobStore,
+        backend: Backend,
+        notify: NotifyConfig | None = None,
+        on_notify: Callable[[], None] | None = None,
+    ) -> None:
         self.store = store
         self.backend = backend
+        self.notify = notify or NotifyConfig()
+        self.on_notify = on_notify
         self._candidates: dict[tuple[str, str | None], Candidates] = {}
         self.draining: dict[str, bool] = {}
         """Job id -> nodes the controller has ended still run (seen at the job's last tick)."""
@@ -74,10 +88,11 @@ class Driver:
         UsageStore(self.store).ingest(job.id, now)  # new GPU monitor window summaries of the job's nodes
         state = self._finish_interrupted(job, load_state(self.store, job.id), spec, now)
         view, observed = self._view(job, state, spec, now)
+        observed, budget_events = engine.note_budget(observed, spec.goals.budget_usd, now)
         self.draining[job.id] = view.draining
         actions = reconcile(view)
         if actions or observed != state:
-            self._apply(job, state, observed, spec, view, actions, now)
+            self._apply(job, state, observed, spec, view, actions, now, budget_events)
         return actions
 
     def fail(self, job_id: str, reason: FailureReason, message: str, now: datetime) -> bool:
@@ -87,10 +102,12 @@ class Driver:
         state = load_state(self.store, job.id)
         if state.status.terminal:
             return False
+        spec: JobSpec | None
         try:
-            grace = stored_spec(job).checkpoint.notice_grace_seconds
-        except SpecError:
-            grace = _DEFAULT_GRACE_S
+            spec = stored_spec(job)
+            grace = spec.checkpoint.notice_grace_seconds
+        except SpecError:  # a broken spec: its own notify targets are lost, the team's still hear
+            spec, grace = None, _DEFAULT_GRACE_S
         actions: list[Action] = [StopNodes((), grace, "failed")]
         if state.open_segment is not None:
             actions.append(CloseSegment("failed"))
@@ -99,6 +116,8 @@ class Driver:
         applied = engine.apply(actions, state, job.id, alive, now)
         with self.store.transaction() as conn:
             save_state(conn, job.id, state, applied.state, applied.events, now)
+            notified = self._enqueue_notifications(conn, job, spec, state, applied.state, applied.events, now)
+        self._notified(notified)
         try:
             self._carry_out(job, None, applied)
         except Exception:  # the next ticks stop nodes marked ended
@@ -229,6 +248,7 @@ class Driver:
         view: JobView,
         actions: list[Action],
         now: datetime,
+        budget_events: Sequence[JobEvent] = (),
     ) -> None:
         alive = [n.node_id for n in view.nodes if not n.phase.ended]
         applied = engine.apply(actions, observed, job.id, alive, now)
@@ -237,11 +257,36 @@ class Driver:
             for n, before in zip(observed.attempt_nodes, loaded.attempt_nodes, strict=False)
             if n.notice_at is not None and before.notice_at is None
         ]
+        events = [*notices, *budget_events, *applied.events]
         with self.store.transaction() as conn:
-            save_state(conn, job.id, loaded, applied.state, [*notices, *applied.events], now)
+            save_state(conn, job.id, loaded, applied.state, events, now)
+            notified = self._enqueue_notifications(conn, job, spec, loaded, applied.state, events, now)
+        self._notified(notified)
         self._carry_out(job, spec, applied)
         if applied.ended:
             self._write_summary(job.id, view)
+
+    def _enqueue_notifications(
+        self,
+        conn: sqlite3.Connection,
+        job: JobRecord,
+        spec: JobSpec | None,
+        old: JobState,
+        new: JobState,
+        events: Sequence[JobEvent],
+        now: datetime,
+    ) -> int:
+        """The notifications of a tick's events, into the outbox inside the tick's transaction."""
+        targets = self.notify.targets_for(job.team, spec.notify if spec is not None else ())
+        if not targets or not events:
+            return 0
+        mode = spec.market.mode if spec is not None else MarketMode.SPOT_WITH_FALLBACK
+        notes = notifications_for(JobRef(job.id, job.team, job.user), mode, old, new, events, now)
+        return enqueue(conn, self.backend.name, addressed(targets, notes), now)
+
+    def _notified(self, count: int) -> None:
+        if count and self.on_notify is not None:
+            self.on_notify()
 
     def _carry_out(self, job: JobRecord, spec: JobSpec | None, applied: engine.Applied) -> None:
         """The engine's effects, in order, after its state was committed."""

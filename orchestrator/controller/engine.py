@@ -174,6 +174,32 @@ def _apply_one(c: _Changes, action: act.Action, job_id: str, alive: Sequence[str
         assert_never(action)
 
 
+BUDGET_ALERT_PCT = (50, 80, 100)
+"""Shares of ``goals.budget_usd`` announced by a ``budget`` event, each once per job."""
+
+
+def note_budget(
+    state: JobState, budget_usd: float | None, now: datetime
+) -> tuple[JobState, tuple[Event, ...]]:
+    """A ``budget`` event for each share of the budget spent since the last call (the highest one when
+    several were passed at once), remembered in the state so that a restarted host never repeats it."""
+    if budget_usd is None or budget_usd <= 0 or state.status.terminal:
+        return state, ()
+    spent = state.cost_usd(now)
+    reached = [
+        p for p in BUDGET_ALERT_PCT if spent >= budget_usd * p / 100.0 and p not in state.budget_alerts
+    ]
+    if not reached:
+        return state, ()
+    pct = reached[-1]
+    evidence = {"percent": pct, "spent_usd": round(spent, 4), "budget_usd": budget_usd}
+    event = Event(
+        "budget", f"spent {spent:.2f} of the {budget_usd:.2f} USD budget ({pct}% reached)", evidence=evidence
+    )
+    alerts = tuple(sorted({*state.budget_alerts, *reached}))
+    return state.model_copy(update={"budget_alerts": alerts}), (event,)
+
+
 def record_notices(state: JobState, notices: dict[str, datetime]) -> JobState:
     """The observed preemption notices (node id -> when), kept in the state of the attempt's nodes."""
     if not any(n.node_id in notices and n.notice_at is None for n in state.attempt_nodes):

@@ -31,13 +31,15 @@ from typing import IO
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from orchestrator.backends.base import Backend
+from orchestrator.backends.secrets import reference_value
 from orchestrator.controller.driver import Driver
 from orchestrator.costs.budgets import load_cost_config
 from orchestrator.costs.inputs import read_ledger
 from orchestrator.costs.schedule import register_report_job
 from orchestrator.errors import GpuctlError, InternalError, SpecError
+from orchestrator.notify import DeliveryWorker, Outbox, Pending, RetryPolicy, Sender, load_notify_config
 from orchestrator.state.status import FailureReason
-from orchestrator.state.store import JobStore
+from orchestrator.state.store import JobStore, StoreWrites
 
 log = logging.getLogger(__name__)
 logging.getLogger("apscheduler").setLevel(
@@ -88,9 +90,21 @@ class ControllerLock:
 class Controller:
     """Ticks jobs of one backend. ``start()`` runs in background threads; ``stop()`` ends them."""
 
-    def __init__(self, store: JobStore, backend: Backend, tick_seconds: float = TICK_SECONDS) -> None:
+    def __init__(
+        self,
+        store: JobStore,
+        backend: Backend,
+        tick_seconds: float = TICK_SECONDS,
+        retry: RetryPolicy | None = None,
+    ) -> None:
         self.store = store
-        self.driver = Driver(store, backend)
+        self.notifier = DeliveryWorker(
+            Outbox(store.path, backend.name),
+            Sender(lambda ref, _note: reference_value(ref, os.environ, store.home)),
+            record_notify_failed,
+            retry,
+        )
+        self.driver = Driver(store, backend, load_notify_config(store.home), self.notifier.wake)
         self.backend = backend
         self.tick_seconds = tick_seconds
         self.scheduler = BackgroundScheduler(timezone=UTC)
@@ -164,6 +178,7 @@ class Controller:
         )  # fmt: skip
         self._schedule_reports()
         self.scheduler.start()
+        self.notifier.start()
 
     def _schedule_reports(self) -> None:
         """Cost reports on the cron schedule of the controller config (``$GPUCTL_HOME/config.yaml``)."""
@@ -176,6 +191,13 @@ class Controller:
     def stop(self) -> None:
         if self.scheduler.running:
             self.scheduler.shutdown(wait=True)
+        self.notifier.stop()
+
+
+def record_notify_failed(conn: sqlite3.Connection, item: Pending, message: str) -> None:
+    """An undeliverable notification, as one ``notify_failed`` job event (in the transaction that
+    removes it from the outbox)."""
+    StoreWrites.event(conn, item.job_id, datetime.now(UTC), "notify_failed", _clip(message, 500))
 
 
 def permanent_failure(exc: Exception) -> FailureReason | None:

@@ -29,6 +29,10 @@ MAX_NOTICE_GRACE_SECONDS = 3600.0
 MAX_DURATION_SECONDS = 10 * 365 * 86400
 """Durations (``deadline``, ``changeover``, ``checkpoint.every``) and deadlines: at most 10 years."""
 MAX_LIST_ITEMS = 256
+MAX_NOTIFY_TARGETS = 16
+"""Webhooks and email targets of one job (``notify:``) or one team (config.yaml)."""
+MAX_EMAIL_RECIPIENTS = 32
+MAX_URL_CHARS = 2048
 MAX_LINE_CHARS = 4096
 """A name, path, zone or label value: PATH_MAX is 4096."""
 MAX_TEXT_CHARS = 32768

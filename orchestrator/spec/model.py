@@ -45,6 +45,7 @@ from orchestrator.spec.limits import (
     Text,
     shown,
 )
+from orchestrator.spec.notify import NotifyTarget, NotifyTargets
 
 NAME_PATTERN = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
 QUEUE_NAME_MAX = 63
@@ -284,6 +285,7 @@ class JobSpec(_Strict):
     checkpoint: Checkpoint = Checkpoint()
     recovery: Recovery = Recovery()
     policies: Policies = Policies()
+    notify: NotifyTargets = []
 
     @field_validator("command")
     @classmethod
@@ -339,3 +341,7 @@ class JobSpec(_Strict):
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json", exclude_none=True)
+
+    @property
+    def notify_targets(self) -> tuple[NotifyTarget, ...]:
+        return tuple(self.notify)

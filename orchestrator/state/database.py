@@ -29,8 +29,20 @@ APPLICATION_ID = 0x67707563
 LOCK_TIMEOUT_S = 30.0
 LOW_SPACE_BYTES = 1 << 20
 
-SCHEMA_VERSION = 1
-"""The version of :data:`SCHEMA` (``PRAGMA user_version``); 0 is a store from before versions."""
+SCHEMA_VERSION = 2
+"""The version of :data:`SCHEMA` (``PRAGMA user_version``); 0 is a store from before versions.
+2: the ``notifications`` outbox (:mod:`orchestrator.notify.outbox`)."""
+
+OUTBOX_SCHEMA = """
+CREATE TABLE IF NOT EXISTS notifications (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, job_id TEXT NOT NULL, backend TEXT NOT NULL,
+    target_json TEXT NOT NULL, notification_json TEXT NOT NULL, created_at TEXT NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0, next_at TEXT NOT NULL, last_error TEXT
+);
+CREATE INDEX IF NOT EXISTS notifications_due ON notifications(backend, next_at);
+"""
+"""Notifications waiting to be delivered (:mod:`orchestrator.notify.outbox`): in the job store, and in
+the Kubernetes operator's own file."""
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -82,6 +94,7 @@ CREATE INDEX IF NOT EXISTS events_job ON events(job_id);
 CREATE INDEX IF NOT EXISTS nodes_job ON nodes(job_id, attempt);
 """
 """Every statement is idempotent: :func:`database.upgrade` runs them all on a store of an older version."""
+SCHEMA += OUTBOX_SCHEMA
 
 
 def prepare(home: Path, path: Path, read_only: bool) -> None:

@@ -160,6 +160,8 @@ class JobEvent:
     message: str
     status: JobStatus | None = None
     """The status entered, for ``transition`` events."""
+    evidence: Mapping[str, Any] | None = None
+    """Numbers behind the event (notifications carry them; the event history keeps the message)."""
 
 
 class RightSizePick(_Model):
@@ -188,6 +190,8 @@ class JobState(_Model):
     """The market reclaimed a node of this attempt (other nodes' failures are then collateral)."""
     rescaled_at: datetime | None = None
     right_size: RightSizePick | None = None
+    budget_alerts: tuple[int, ...] = ()
+    """The shares of ``goals.budget_usd`` (percent: 50, 80, 100) already announced, each once."""
 
     @property
     def open_segment(self) -> SegmentState | None:

@@ -65,6 +65,7 @@ def load_state(store: JobStore, job_id: str) -> JobState:
         right_size=RightSizePick(gpu_type=sizing["gpu_type"], apply=bool(sizing["apply"]))
         if sizing
         else None,
+        budget_alerts=tuple(int(p) for p in options.get("budget_alerts", ())),
     )
 
 
@@ -145,6 +146,8 @@ def _save_options(conn: sqlite3.Connection, job_id: str, old: JobState, new: Job
     updates: dict[str, Any] = {}
     if new.right_size != old.right_size and new.right_size is not None:
         updates["right_size"] = new.right_size.model_dump(mode="json")
+    if new.budget_alerts != old.budget_alerts:
+        updates["budget_alerts"] = list(new.budget_alerts)
     if new.preempted_in_attempt != old.preempted_in_attempt or new.attempt != old.attempt:
         updates["preempted_in_attempt"] = {str(new.attempt): new.preempted_in_attempt}
     if not updates:

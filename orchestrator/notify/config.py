@@ -1,0 +1,82 @@
+"""Per-team notification targets from the controller config, ``$GPUCTL_HOME/config.yaml``::
+
+    notify:
+      teams:
+        ml-research:
+          - webhook: {secret: team-slack, key: url}
+            format: slack
+            events: [budget, failed, stalled]
+
+Each team's list has the form of a job spec's ``notify:`` (:mod:`orchestrator.spec.notify`); a job is
+told through both its own targets and its team's. Other sections of the file (``budgets:``,
+``reports:``) are :mod:`orchestrator.costs.budgets`'.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import TypeAdapter, ValidationError
+
+from orchestrator.errors import UserError
+from orchestrator.spec.notify import NotifyTarget, NotifyTargets
+
+CONFIG_FILE = "config.yaml"
+_TARGETS: TypeAdapter[list[NotifyTarget]] = TypeAdapter(NotifyTargets)
+
+
+@dataclass(frozen=True)
+class NotifyConfig:
+    teams: Mapping[str, tuple[NotifyTarget, ...]] = field(default_factory=dict)
+
+    def targets_for(self, team: str, own: Sequence[NotifyTarget] = ()) -> tuple[NotifyTarget, ...]:
+        """A job's own targets (its spec's ``notify``), then its team's."""
+        return (*own, *self.teams.get(team, ()))
+
+
+def parse_notify_config(text: str, source: str = CONFIG_FILE) -> NotifyConfig:
+    try:
+        doc = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" on line {mark.line + 1}" if mark is not None else ""
+        raise UserError(f"{source}: not valid YAML{where}", "fix the YAML syntax") from None
+    if not isinstance(doc, Mapping):
+        raise UserError(f"{source}: expected a mapping at the top", "see docs/notifications.md")
+    section = doc.get("notify") or {}
+    if not isinstance(section, Mapping) or set(section) - {"teams"}:
+        raise UserError(f"{source}: 'notify' must be a mapping with one key, 'teams'",
+                        "write it as `notify: {teams: {TEAM: [TARGET, ...]}}` (see docs/notifications.md)")  # fmt: skip
+    teams = section.get("teams") or {}
+    if not isinstance(teams, Mapping):
+        raise UserError(f"{source}: notify.teams must map team names to lists of targets",
+                        "write it as `teams: {ml-research: [{webhook: URL}]}`")  # fmt: skip
+    parsed: dict[str, tuple[NotifyTarget, ...]] = {}
+    for team, targets in teams.items():
+        try:
+            parsed[str(team)] = tuple(_TARGETS.validate_python(targets or []))
+        except ValidationError as exc:
+            raise UserError(f"{source}: {_problem(f'notify.teams.{team}', exc)}",
+                            "correct that field; the targets are written as a job spec's notify: "
+                            "(see docs/notifications.md)") from None  # fmt: skip
+    return NotifyConfig(parsed)
+
+
+def _problem(prefix: str, exc: ValidationError) -> str:
+    err: Mapping[str, Any] = exc.errors(include_url=False, include_input=False)[0]
+    path = prefix + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"]
+                            if not str(p).startswith(("str", "SecretRef", "FromEnv", "function")))  # fmt: skip
+    more = f" (and {exc.error_count() - 1} more problem(s))" if exc.error_count() > 1 else ""
+    return f"{path}: {err['msg'].removeprefix('Value error, ')}{more}"
+
+
+def load_notify_config(home: Path) -> NotifyConfig:
+    """The ``notify:`` section of ``home/config.yaml`` (none: no team targets)."""
+    path = home / CONFIG_FILE
+    if not path.exists():
+        return NotifyConfig()
+    return parse_notify_config(path.read_text(encoding="utf-8"), str(path))
