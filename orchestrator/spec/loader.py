@@ -255,11 +255,24 @@ def _describe(err: Any, lines: dict[Path_, int]) -> str:
     if kind == "value_error" and "; " in msg:  # our validators say "what is wrong; how to fix it"
         what, fix = msg.rsplit("; ", 1)
         return f"{field}{where}: {what}. To fix: {fix}"
-    return f"{field}{where}: {msg}. To fix: {_fix_for(kind, err)}"
+    return f"{field}{where}: {msg}. To fix: {_fix_for(kind, err, _may_hold_secret(loc))}"
 
 
-def _fix_for(kind: str, err: Any) -> str:
+_SECRET_FIELD_NAMES = frozenset({"password", "token", "secret", "url", "username"})
+"""Fields whose values may be credentials (a webhook URL is one): an error never repeats them."""
+
+
+def _may_hold_secret(loc: Path_) -> bool:
+    names = {str(p) for p in loc}
+    return bool(names & _SECRET_FIELD_NAMES) or "env" in names or "notify" in names
+
+
+def _fix_for(kind: str, err: Any, secret: bool = False) -> str:
     ctx = err.get("ctx") or {}
+    if secret and (kind.endswith("_parsing") or kind.endswith("_type") or kind.endswith("_type_error")):
+        return (
+            "use a value of the right type, or a reference {secret: NAME, key: KEY} (the value is not shown)"
+        )
     if kind.endswith("_parsing") or kind.endswith("_type"):
         return f"use a value of the right type (got {_brief(json.dumps(err.get('input'), default=str), 60)})"
     if kind == "greater_than_equal":

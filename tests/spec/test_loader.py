@@ -133,3 +133,19 @@ def test_device_selection_env_is_refused(name: str) -> None:
     assert f"env (line 3): {name} would choose the GPUs the job sees" in message, message
     assert "remove them from env" in message and "To fix" in message and "FOO" not in message
     assert load_spec_text(OK + "env: {CUDA_LAUNCH_BLOCKING: '1', NVIDIAX: y}\n").env["NVIDIAX"] == "y"
+
+
+@pytest.mark.parametrize(
+    "field",
+    [
+        "notify: [{email: {to: [a@b.example], from: c@d.example, host: smtp.example.com, "
+        "username: me, password: hunter2-plain}, events: [failed]}]",
+        "notify: [{webhook: [hunter2-plain], events: [failed]}]",
+        "env: {TOKEN: [hunter2-plain]}",
+    ],
+)
+def test_errors_never_repeat_a_value_that_may_be_a_credential(field: str) -> None:
+    text = "name: t\ncommand: [python, x.py]\nresources: {gpu_types: [V100]}\n" + field + "\n"
+    with pytest.raises(SpecError) as raised:
+        load_spec_text(text)
+    assert "hunter2" not in str(raised.value)
