@@ -13,6 +13,7 @@ import yaml
 
 from orchestrator.backends.kubernetes.config import RESTRICTED_SECURITY_CONTEXT, KubeConfig
 from orchestrator.costs.budgets import parse_cost_config
+from orchestrator.notify.config import parse_notify_config
 
 CHART = Path(__file__).resolve().parents[2] / "charts/gpuctl"
 KUBE_VERSION = "1.33"
@@ -31,6 +32,11 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "trainerSecurityContext": {"runAsUser": 1000},
         "kueueQueue": "team-a",
         "karpenterDoNotDisrupt": False,
+        "notifications": {
+            "teams": {"ml": [{"webhook": "https://hooks.example.com/ml", "format": "json", "events": ["failed"]}]},
+            "readSecrets": True,
+            "outboxClaim": "gpuctl-outbox",
+        },
     },
     "no-rbac": {"rbac": {"create": False}, "serviceAccount": {"create": False, "name": "existing"}},
 }
@@ -172,3 +178,30 @@ def test_optional_service_monitor_and_pvcs(rendered: dict[str, list[dict[str, An
 def test_values_schema_rejects_bad_values(bad: dict[str, Any]) -> None:
     with pytest.raises(helm_python.HelmError):
         render(bad)
+
+
+def test_notifications_config_secrets_and_outbox(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    """Team targets reach the operator's config.yaml; reading Secrets and a kept outbox are opt-in."""
+
+    def secret_rules(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [rule for role in by_kind(docs, "Role") for rule in role["rules"] if "secrets" in rule["resources"]]
+
+    def pod(docs: list[dict[str, Any]]) -> dict[str, Any]:
+        (deploy,) = by_kind(docs, "Deployment")
+        spec: dict[str, Any] = deploy["spec"]["template"]["spec"]
+        return spec
+
+    everything, default = rendered["everything"], rendered["default"]
+    assert {v for rule in secret_rules(everything) for v in rule["verbs"]} == {"get"}
+    assert secret_rules(default) == []  # the operator reads no Secret unless told to
+    (cm,) = by_kind(everything, "ConfigMap")
+    targets = parse_notify_config(cm["data"]["config.yaml"]).targets_for("ml")
+    assert [t.webhook for t in targets] == ["https://hooks.example.com/ml"]
+    (default_cm,) = by_kind(default, "ConfigMap")
+    assert "config.yaml" not in default_cm["data"]
+    env = {e["name"]: e.get("value") for e in pod(everything)["containers"][0]["env"]}
+    assert env["GPUCTL_HOME"] == "/etc/gpuctl"
+    assert env["GPUCTL_NOTIFY_OUTBOX"].startswith("/var/lib/gpuctl/")
+    outbox = {v["name"]: v for v in pod(everything)["volumes"]}["outbox"]
+    assert outbox["persistentVolumeClaim"] == {"claimName": "gpuctl-outbox"}
+    assert "emptyDir" in {v["name"]: v for v in pod(default)["volumes"]}["outbox"]
