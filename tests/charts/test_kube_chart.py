@@ -33,7 +33,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "kueueQueue": "team-a",
         "karpenterDoNotDisrupt": False,
         "notifications": {
-            "teams": {"ml": [{"webhook": "https://hooks.example.com/ml", "format": "json", "events": ["failed"]}]},
+            "teams": {
+                "ml": [{"webhook": "https://hooks.example.com/ml", "format": "json", "events": ["failed"]}]
+            },
             "readSecrets": True,
             "outboxClaim": "gpuctl-outbox",
         },
@@ -184,7 +186,9 @@ def test_notifications_config_secrets_and_outbox(rendered: dict[str, list[dict[s
     """Team targets reach the operator's config.yaml; reading Secrets and a kept outbox are opt-in."""
 
     def secret_rules(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return [rule for role in by_kind(docs, "Role") for rule in role["rules"] if "secrets" in rule["resources"]]
+        return [
+            rule for role in by_kind(docs, "Role") for rule in role["rules"] if "secrets" in rule["resources"]
+        ]
 
     def pod(docs: list[dict[str, Any]]) -> dict[str, Any]:
         (deploy,) = by_kind(docs, "Deployment")
