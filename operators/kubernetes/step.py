@@ -44,7 +44,7 @@ from orchestrator.controller import actions as act
 from orchestrator.controller import engine
 from orchestrator.controller.market_choice import JobClock, MarketView
 from orchestrator.controller.placement import Candidates
-from orchestrator.controller.reconcile import JobView, reconcile
+from orchestrator.controller.reconcile import JobView, reconcile_and_explain
 from orchestrator.spec import JobSpec, parse_deadline
 from orchestrator.state.job_state import STATUS_KEYS, JobEvent, JobState, NodeLaunch, NodeState
 from orchestrator.state.status import FailureReason, JobStatus
@@ -262,6 +262,9 @@ def build_view(
         cost_usd=state.cost_usd(now),
         restarts=state.restarts,
         preemptions=state.preemptions,
+        segments=state.segments,
+        watch=state.watch,
+        waiting=state.waiting,
     )
 
 
@@ -304,6 +307,7 @@ def step(
         shortage = policy_moves(spec, first.market or market, clock)
     seen = observe(loaded, pods, existing_nodes, shortage)
     state = engine.record_notices(loaded, {n.node_id: n.notice_at for n in seen if n.notice_at})
+    state = engine.record_progress(state, progress)
     events = [
         JobEvent("preemption_notice", f"node {n.node_id} got the notice")
         for n, before in zip(state.attempt_nodes, loaded.attempt_nodes, strict=True)
@@ -315,7 +319,7 @@ def step(
             spec, state, pods, existing_nodes, pair, created_at, now, regrow_after_s, market, shortage,
             progress,
         )
-        planned = reconcile(view)
+        planned = reconcile_and_explain(view)
         if not planned:
             break
         alive = [n.node_id for n in view.nodes if not n.phase.ended]

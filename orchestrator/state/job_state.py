@@ -25,6 +25,7 @@ from pydantic.alias_generators import to_camel
 
 from orchestrator.state.records import segment_cost_usd, segment_hours
 from orchestrator.state.status import FailureReason, JobStatus
+from orchestrator.state.watch import WaitReason, WatchState
 
 
 class _Model(BaseModel):
@@ -188,6 +189,10 @@ class JobState(_Model):
     """The market reclaimed a node of this attempt (other nodes' failures are then collateral)."""
     rescaled_at: datetime | None = None
     right_size: RightSizePick | None = None
+    watch: WatchState = WatchState()
+    """Recent step advances and the alerts already raised (stall, idle, deadline and budget at risk)."""
+    waiting: WaitReason | None = None
+    """Why the job waits, while it is neither running nor ended."""
 
     @property
     def open_segment(self) -> SegmentState | None:
