@@ -181,13 +181,19 @@ def _apply_one(c: _Changes, action: act.Action, job_id: str, alive: Sequence[str
         c.events.append(Event(action.kind, action.message))
     elif isinstance(action, act.Alert):
         c.events.append(Event(action.kind, action.message))
-        c.state = s.model_copy(update={"watch": s.watch.model_copy(update=_episode(action.kind, action.episode, True))})
+        c.state = s.model_copy(
+            update={"watch": s.watch.model_copy(update=_episode(action.kind, action.episode, True))}
+        )
     elif isinstance(action, act.ClearAlert):
-        c.state = s.model_copy(update={"watch": s.watch.model_copy(update=_episode(action.kind, None, False))})
+        c.state = s.model_copy(
+            update={"watch": s.watch.model_copy(update=_episode(action.kind, None, False))}
+        )
     elif isinstance(action, act.SetWaiting):
         same = s.waiting is not None and s.waiting.code == action.code
         since = s.waiting.since if s.waiting is not None and same else now
-        c.state = s.model_copy(update={"waiting": WaitReason(code=action.code, message=action.message, since=since)})
+        c.state = s.model_copy(
+            update={"waiting": WaitReason(code=action.code, message=action.message, since=since)}
+        )
     else:
         assert_never(action)
 

@@ -8,7 +8,7 @@ backend. The same inputs always give the same actions, which is what the unit te
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from orchestrator.backends.base import NodeObservation, NodePhase, Placement, Progress
@@ -95,7 +95,7 @@ class JobView:
     cancel_requested: bool = False
     segments: tuple[SegmentState, ...] = ()
     """The job's segments (the open one last): what it spent, and its current price for forecasts."""
-    watch: WatchState = WatchState()
+    watch: WatchState = field(default_factory=WatchState)
     """Step samples of the open segment and the alerts already raised."""
     gpu: GpuActivity | None = None
     """What the GPU monitors measured lately (None: nothing yet)."""

@@ -1,4 +1,4 @@
-""""Why is it waiting?": one line with its evidence for every state in which a job is not running.
+""" "Why is it waiting?": one line with its evidence for every state in which a job is not running.
 
 :data:`WAITING_REASONS` has one entry per waiting state of the reconcile table (every non-terminal
 state but RUNNING; a test fails when a new one lacks its entry). Reconcile asks it each tick the job
@@ -30,7 +30,10 @@ def _since(view: JobView, code: str) -> str:
 
 
 def _pending(view: JobView, market: MarketView) -> Reason:
-    return "pending", f"submitted {view.submitted_at:%Y-%m-%d %H:%M} UTC; waiting for the controller to place it"
+    return (
+        "pending",
+        f"submitted {view.submitted_at:%Y-%m-%d %H:%M} UTC; waiting for the controller to place it",
+    )
 
 
 def _placing(view: JobView, market: MarketView) -> Reason:
@@ -39,10 +42,14 @@ def _placing(view: JobView, market: MarketView) -> Reason:
         return "checkpoint", (
             f"waiting for the stopped nodes of attempt {view.attempt} to save their checkpoint and exit"
         )
-    choice = choose_market(view.spec, market, JobClock(view.now, view.submitted_at, view.deadline, view.progress))
+    choice = choose_market(
+        view.spec, market, JobClock(view.now, view.submitted_at, view.deadline, view.progress)
+    )
     if not isinstance(choice, str):
         return "placing", f"placing on {choice.placement.market} {choice.placement.zone}: {choice.why}"
-    short = [z.zone for z in market.zones if z.capacity is not None and z.capacity < view.spec.resources.min_nodes]
+    short = [
+        z.zone for z in market.zones if z.capacity is not None and z.capacity < view.spec.resources.min_nodes
+    ]
     zones = ", ".join(short or [z.zone for z in market.zones]) or "no allowed zone"
     return "no_spot", f"no spot capacity in {zones} since {_since(view, 'no_spot')}; {choice}"
 
@@ -51,8 +58,14 @@ def _launching(view: JobView, market: MarketView) -> Reason:
     alive = [n for n in view.nodes if not n.phase.ended]
     queued = [n for n in alive if n.queued or n.wait_reason]
     if queued:
-        code = "unschedulable" if any((n.wait_reason or "").startswith("unschedulable") for n in queued) else "queued"
-        said = next((n.wait_reason for n in queued if n.wait_reason), "waiting in the cluster manager's queue")
+        code = (
+            "unschedulable"
+            if any((n.wait_reason or "").startswith("unschedulable") for n in queued)
+            else "queued"
+        )
+        said = next(
+            (n.wait_reason for n in queued if n.wait_reason), "waiting in the cluster manager's queue"
+        )
         return code, f"{len(queued)} of {len(alive)} node(s) {said}, since {_since(view, code)}"
     starting = [n for n in alive if n.phase is NodePhase.STARTING]
     if starting:
@@ -71,7 +84,10 @@ def _rescaling(view: JobView, market: MarketView) -> Reason:
 
 
 def _preempted(view: JobView, market: MarketView) -> Reason:
-    return "preempted", f"attempt {view.attempt} was reclaimed by the market; resuming from the newest checkpoint"
+    return (
+        "preempted",
+        f"attempt {view.attempt} was reclaimed by the market; resuming from the newest checkpoint",
+    )
 
 
 WAITING_REASONS: dict[JobStatus, Callable[[JobView, MarketView], Reason]] = {

@@ -132,7 +132,11 @@ def _risks(view: JobView) -> list[Action]:
                   f"more at {found.hourly_usd:.2f} USD/h for {_span(found.eta_seconds)} at "
                   f"{found.steps_per_second:.3g} steps/s, step {found.step} of {found.total_steps})")
         )  # fmt: skip
-    elif watch.budget_at_risk and goals.budget_usd and found.projected_cost_usd < RISK_CLEARS_AT * goals.budget_usd:
+    elif (
+        watch.budget_at_risk
+        and goals.budget_usd
+        and found.projected_cost_usd < RISK_CLEARS_AT * goals.budget_usd
+    ):
         actions.append(ClearAlert("budget_at_risk"))
     deadline = view.deadline
     if deadline is not None and found.deadline_at_risk and not watch.deadline_at_risk:

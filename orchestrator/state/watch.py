@@ -9,6 +9,7 @@ notices); the step samples give the stall watchdog its "last advanced at" and th
 
 from __future__ import annotations
 
+import itertools
 import statistics
 from dataclasses import dataclass
 from datetime import datetime
@@ -59,7 +60,7 @@ class WatchState(_Model):
         samples = self.since(start)
         per_step = [
             (b.at - a.at).total_seconds() / (b.step - a.step)
-            for a, b in zip(samples, samples[1:], strict=False)
+            for a, b in itertools.pairwise(samples)
             if b.step > a.step
         ]
         return statistics.median(per_step) if per_step else None

@@ -1,4 +1,4 @@
-""""Why is it waiting?": every waiting state of the reconcile table has a one-line reason with evidence,
+""" "Why is it waiting?": every waiting state of the reconcile table has a one-line reason with evidence,
 and the idle watchdog reads the GPU monitors' activity (pure reconcile, no I/O)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 
 from orchestrator.backends.base import NodeObservation, NodePhase
 from orchestrator.controller.actions import Alert, SetWaiting, StopNodes, Transition
-from orchestrator.controller.reconcile import JobView, market_view, reconcile_and_explain
 from orchestrator.controller.engine import apply, placement_state
+from orchestrator.controller.reconcile import JobView, market_view, reconcile_and_explain
 from orchestrator.controller.waiting import WAITING_REASONS, WAITING_STATES
 from orchestrator.spec import load_spec_text
 from orchestrator.state.job_state import JobState, SegmentState
@@ -26,12 +26,27 @@ WAITING_VIEWS: dict[JobStatus, JobView] = {
     S.PENDING: view(),
     S.PLACING: view("resources: {nodes: 2}\nmarket: {mode: spot}\n", status=S.PLACING, spot_capacity=0),
     S.RECOVERING: view(status=S.RECOVERING, attempt=1, draining=True),
-    S.LAUNCHING: view(status=S.LAUNCHING, attempt=1, placement=SPOT, open_segment_nodes=1,
-                      nodes=(NodeObservation("t-a1-n0", NodePhase.STARTING, queued=True,
-                                             wait_reason="queued in SLURM job 7 on partition spot "
-                                             "(squeue reason: Resources)"),)),  # fmt: skip
-    S.RESCALING: view(status=S.RESCALING, attempt=1, placement=SPOT, open_segment_nodes=1,
-                      nodes=(NodeObservation("t-a1-n0", NodePhase.RUNNING),)),  # fmt: skip
+    S.LAUNCHING: view(
+        status=S.LAUNCHING,
+        attempt=1,
+        placement=SPOT,
+        open_segment_nodes=1,
+        nodes=(
+            NodeObservation(
+                "t-a1-n0",
+                NodePhase.STARTING,
+                queued=True,
+                wait_reason="queued in SLURM job 7 on partition spot (squeue reason: Resources)",
+            ),
+        ),
+    ),
+    S.RESCALING: view(
+        status=S.RESCALING,
+        attempt=1,
+        placement=SPOT,
+        open_segment_nodes=1,
+        nodes=(NodeObservation("t-a1-n0", NodePhase.RUNNING),),
+    ),
     S.PREEMPTED: view(status=S.PREEMPTED, attempt=1),
 }
 
@@ -50,7 +65,11 @@ def test_every_waiting_state_of_the_reconcile_table_has_a_reason() -> None:
     [
         (S.PLACING, "no_spot", "no spot capacity in use1-az1 since 2026-11-22 12:00 UTC; waiting for spot"),
         (S.RECOVERING, "checkpoint", "stopped nodes of attempt 1 to save their checkpoint"),
-        (S.LAUNCHING, "queued", "1 of 1 node(s) queued in SLURM job 7 on partition spot (squeue reason: Resources)"),
+        (
+            S.LAUNCHING,
+            "queued",
+            "1 of 1 node(s) queued in SLURM job 7 on partition spot (squeue reason: Resources)",
+        ),
     ],
 )
 def test_a_job_left_waiting_records_why_with_its_evidence(state: JobStatus, code: str, evidence: str) -> None:

@@ -26,7 +26,9 @@ class World:
         self.clock = FakeClock()
         self.backend = SimulatedBackend(self.clock)
         self.store = JobStore(tmp_path / "home")
-        spec = load_spec_text("name: w\ncommand: train.py\nresources: {nodes: 2}\nmarket: {mode: spot}\n" + body)
+        spec = load_spec_text(
+            "name: w\ncommand: train.py\nresources: {nodes: 2}\nmarket: {mode: spot}\n" + body
+        )
         job = self.store.create_job(name=spec.name, user="u", team="t", backend=self.backend.name,
                                     spec_json=spec.model_dump_json(), deadline=None, now=self.clock.now())  # fmt: skip
         self.job_id = job.id
@@ -74,7 +76,9 @@ def test_a_hung_step_raises_stalled_once_within_stall_after_and_alert_changes_no
 
 
 def test_restart_action_resumes_on_a_new_attempt_and_finishes(tmp_path: Path) -> None:
-    world = World(tmp_path, "watchdog: {stall_after: 60s, action: restart}\n", SimScript(steps=12, stall_at_step=5))
+    world = World(
+        tmp_path, "watchdog: {stall_after: 60s, action: restart}\n", SimScript(steps=12, stall_at_step=5)
+    )
     world.run_until_stalled(10.0)
     for _ in range(60):
         world.round(10.0)
@@ -90,7 +94,9 @@ def test_restart_action_resumes_on_a_new_attempt_and_finishes(tmp_path: Path) ->
 
 def test_checkpoint_and_stop_fails_the_job_as_stalled_and_stops_every_node(tmp_path: Path) -> None:
     world = World(
-        tmp_path, "watchdog: {stall_after: 60s, action: checkpoint-and-stop}\n", SimScript(steps=100, stall_at_step=3)
+        tmp_path,
+        "watchdog: {stall_after: 60s, action: checkpoint-and-stop}\n",
+        SimScript(steps=100, stall_at_step=3),
     )
     world.run_until_stalled(10.0)
     for _ in range(12):
@@ -135,7 +141,9 @@ def test_forecast_eta_and_cost_match_hand_computed_values(tmp_path: Path) -> Non
     eta_s = (1000 - step) / 0.1
     assert found.steps_per_second == pytest.approx(0.1, rel=0.02)
     assert found.eta_seconds == pytest.approx(eta_s, rel=0.02)
-    assert found.finish_at == pytest.approx(now + timedelta(seconds=eta_s), abs=timedelta(seconds=eta_s * 0.02))
+    assert found.finish_at == pytest.approx(
+        now + timedelta(seconds=eta_s), abs=timedelta(seconds=eta_s * 0.02)
+    )
     assert found.cost_to_finish_usd == pytest.approx(eta_s / 3600 * 2 * 1.0, rel=0.02)
     assert found.cost_to_finish_on_demand_usd == pytest.approx(eta_s / 3600 * 2 * 3.0, rel=0.02)
     assert found.projected_cost_usd == pytest.approx(state.cost_usd(now) + eta_s / 3600 * 2.0, rel=0.02)
