@@ -218,6 +218,7 @@ def slurm_document(found: SlurmJobStatus, now: datetime | None = None) -> Status
         failure_reason=str(found.failure) if found.failure else None, message=found.message,
         waiting_reason=f"queued in SLURM job {job.job_id} on partition {job.partition} (squeue reason: "
         f"{job.reason or 'none given'})" if job.state == "PENDING" else None,
+        waiting_since=_iso(job.submit_time) if job.state == "PENDING" else None, forecast=None,
         submitted_at=_iso(job.submit_time), updated_at=_iso(job.end_time or job.start_time or job.submit_time),
         attempts=found.attempts, preemptions=job.restarts, restarts=0, nodes=_open_nodes(docs),
         **_ledger_totals(found.segments, now), cost_is_simulated=False, segments=docs, progress=None,

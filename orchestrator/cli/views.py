@@ -137,9 +137,10 @@ REASON_WIDTH = 60
 
 def _reason(doc: dict[str, Any]) -> str:
     """Why a job waits (or why it ended, for a failed or cancelled one), cut to :data:`REASON_WIDTH`."""
-    text = doc.get("waiting_reason") or (doc["message"] if doc["state"] in ("FAILED", "CANCELLED") else None)
-    if not text:
+    found = doc.get("waiting_reason") or (doc["message"] if doc["state"] in ("FAILED", "CANCELLED") else None)
+    if not found:
         return "-"
+    text = str(found)
     return text if len(text) <= REASON_WIDTH else text[: REASON_WIDTH - 1] + "…"
 
 

@@ -62,9 +62,11 @@ def test_a_gpujob_whose_step_stops_raises_one_stalled_event() -> None:
 
 def test_an_unschedulable_gpujob_says_why_in_its_waiting_condition() -> None:
     d = run(job(1), {}, [])
-    unschedulable = {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-                                     "message": "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."}]}  # fmt: skip
-    waiting = run(job(1), d.status, [pod("j-n0", 1, "Pending", **unschedulable)], timedelta(seconds=30))
+    unschedulable = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                     "message": "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."}]  # fmt: skip
+    waiting = run(
+        job(1), d.status, [pod("j-n0", 1, "Pending", conditions=unschedulable)], timedelta(seconds=30)
+    )
     cond = condition(waiting.status, "Waiting")
     assert (cond["status"], cond["reason"]) == ("True", "Unschedulable")
     assert "4 Insufficient nvidia.com/gpu" in cond["message"]
