@@ -44,9 +44,10 @@ from orchestrator.controller import actions as act
 from orchestrator.controller import engine
 from orchestrator.controller.market_choice import JobClock, MarketView
 from orchestrator.controller.placement import Candidates
-from orchestrator.controller.reconcile import JobView, reconcile
+from orchestrator.controller.reconcile import JobView, reconcile_and_explain
 from orchestrator.notify import JobRef, Notification, notifications_for
 from orchestrator.spec import JobSpec, MarketMode, parse_deadline
+from orchestrator.state.forecast import Forecast, forecast
 from orchestrator.state.job_state import STATUS_KEYS, JobEvent, JobState, NodeLaunch, NodeState
 from orchestrator.state.status import FailureReason, JobStatus
 
@@ -266,6 +267,9 @@ def build_view(
         cost_usd=state.cost_usd(now),
         restarts=state.restarts,
         preemptions=state.preemptions,
+        segments=state.segments,
+        watch=state.watch,
+        waiting=state.waiting,
     )
 
 
@@ -308,6 +312,7 @@ def step(
         shortage = policy_moves(spec, first.market or market, clock)
     seen = observe(loaded, pods, existing_nodes, shortage)
     state = engine.record_notices(loaded, {n.node_id: n.notice_at for n in seen if n.notice_at})
+    state = engine.record_progress(state, progress)
     events = [
         JobEvent("preemption_notice", f"node {n.node_id} got the notice")
         for n, before in zip(state.attempt_nodes, loaded.attempt_nodes, strict=True)
@@ -330,7 +335,7 @@ def step(
             shortage,
             progress,
         )
-        planned = reconcile(view)
+        planned = reconcile_and_explain(view)
         if not planned:
             break
         alive = [n.node_id for n in view.nodes if not n.phase.ended]
@@ -342,16 +347,21 @@ def step(
             break
     kept = {**status, ZONE_HISTORY_KEY: memory.to_status()}
     notes = notifications_for(JobRef(job, spec.team, spec.user), spec.market.mode, loaded, state, events, now)
-    return Decision(
-        status_of(kept, state, events, now), state, tuple(effects), event_messages(events), tuple(notes)
-    )
+    deadline = parse_deadline(spec.goals.deadline, created_at) if spec.goals.deadline else None
+    new = status_of(kept, state, events, now, deadline, spec.goals.budget_usd)
+    return Decision(new, state, tuple(effects), event_messages(events), tuple(notes))
 
 
 def status_of(
-    old: Mapping[str, Any], state: JobState, events: Sequence[JobEvent], now: datetime
+    old: Mapping[str, Any],
+    state: JobState,
+    events: Sequence[JobEvent],
+    now: datetime,
+    deadline: datetime | None = None,
+    budget_usd: float | None = None,
 ) -> dict[str, Any]:
-    """The GPUJob's ``.status`` for ``state``: the state, its display fields, and the conditions the
-    transitions in ``events`` set."""
+    """The GPUJob's ``.status`` for ``state``: the state, its display fields (``forecast`` of a running
+    job), the conditions the transitions in ``events`` set, and ``Waiting`` (why it waits)."""
     status = with_state(old, state)
     status["conditions"] = [dict(c) for c in old.get("conditions", [])]
     for event in events:
@@ -363,8 +373,13 @@ def status_of(
             set_condition(status, kind[0], kind[1], kind[0], text, now)
         if event.status is not JobStatus.RUNNING:
             set_condition(status, "Running", False, kind[0] if kind else str(event.status), text, now)
+    _waiting_condition(status, state, now)
     if not status["conditions"]:
         del status["conditions"]
+    found = forecast(state, now, deadline, budget_usd) if state.status is JobStatus.RUNNING else None
+    status.pop("forecast", None)
+    if found is not None:
+        status["forecast"] = forecast_status(found)
     placement = state.placement
     if placement is not None:
         status.update(
@@ -378,6 +393,33 @@ def status_of(
     status["nodes"] = len(state.node_ids()) - len(state.node_ids(NodeLaunch.ENDED))
     status["costUsd"] = round(state.cost_usd(now), 6)
     return status
+
+
+def _waiting_condition(status: dict[str, Any], state: JobState, now: datetime) -> None:
+    """``Waiting=True`` with why (reason: the wait's code in CamelCase) while the job waits; False after."""
+    waiting = state.waiting if not state.status.terminal and state.status is not JobStatus.RUNNING else None
+    if waiting is not None:
+        reason = "".join(part.capitalize() for part in waiting.code.split("_"))
+        set_condition(status, "Waiting", True, reason, waiting.message, now)
+    elif any(c.get("type") == "Waiting" for c in status["conditions"]):
+        set_condition(status, "Waiting", False, str(state.status).capitalize(), state.message, now)
+
+
+def forecast_status(found: Forecast) -> dict[str, Any]:
+    """A forecast as ``status.forecast`` (camelCase; ``finishAt`` is the ETA printer column)."""
+    data: dict[str, Any] = {
+        "finishAt": iso(found.finish_at.replace(microsecond=0)),
+        "etaSeconds": round(found.eta_seconds, 3),
+        "stepsPerSecond": found.steps_per_second,
+        "costToFinishUsd": round(found.cost_to_finish_usd, 6),
+        "costToFinishOnDemandUsd": round(found.cost_to_finish_on_demand_usd, 6),
+        "projectedCostUsd": round(found.projected_cost_usd, 6),
+    }
+    if found.deadline_at_risk is not None:
+        data["deadlineAtRisk"] = found.deadline_at_risk
+    if found.budget_at_risk is not None:
+        data["budgetAtRisk"] = found.budget_at_risk
+    return data
 
 
 def _transition_text(event: JobEvent) -> str:

@@ -59,6 +59,9 @@ class NodeObservation:
     ended_at: datetime | None = None
     queued: bool = False
     """Waiting in the cluster manager's queue (a SLURM job PENDING): no node is held, nothing is billed."""
+    wait_reason: str | None = None
+    """Why the cluster manager keeps it waiting, in its own words (squeue's reason, the scheduler's
+    message), for "why is it waiting?"."""
 
 
 @dataclass(frozen=True)

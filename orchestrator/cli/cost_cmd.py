@@ -83,7 +83,9 @@ def run_report(args: argparse.Namespace) -> int:
         inputs = read_inputs_file(args.input)
     else:
         inputs = load_report_inputs(home_dir(), window.start if window else None)
-    report = build_report(inputs.jobs, inputs.segments, now, window, args.by, inputs.idle, inputs.lost)
+    report = build_report(
+        inputs.jobs, inputs.segments, now, window, args.by, inputs.idle, inputs.lost, inputs.to_finish
+    )
     if args.output == "table" and not args.out:
         Console(width=160).print(to_table(report, args.limit or None))
         return 0

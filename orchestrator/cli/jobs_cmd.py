@@ -27,13 +27,16 @@ from orchestrator.cli.secret_checks import check_references_now, warn_plain_secr
 from orchestrator.cli.status_document import local_document
 from orchestrator.cli.views import live_table, print_jobs, print_status, summary_lines
 from orchestrator.controller.admission import Refused, admit
+from orchestrator.controller.driver import stored_spec
 from orchestrator.controller.loop import Controller, ControllerLock, spawn_background_controller
 from orchestrator.controller.placement import Candidates, candidates_for
 from orchestrator.costs.budgets import load_cost_config, team_month_spent
-from orchestrator.errors import NotFoundError, UserError
+from orchestrator.errors import NotFoundError, SpecError, UserError
 from orchestrator.home import home_dir
 from orchestrator.spec import JobSpec, load_spec_file, parse_deadline
+from orchestrator.state.forecast import forecast
 from orchestrator.state.records import JobRecord
+from orchestrator.state.state_rows import load_state
 from orchestrator.state.status import JobStatus
 from orchestrator.state.store import JobStore
 from orchestrator.state.usage import UsageStore
@@ -225,8 +228,8 @@ def _follow(store: JobStore, job_id: str, controller: Controller | None) -> int:
         while True:
             doc = _document(store, job_id)
             waiting = controller.errors.get(job_id) if controller else None
-            if doc["state"] in ("PLACING", "RECOVERING") and not waiting:
-                waiting = store.job(job_id).message
+            if not waiting:
+                waiting = doc.get("waiting_reason")
             live.update(live_table(doc, waiting))
             if doc["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
                 break
@@ -242,8 +245,23 @@ def _document(store: JobStore, job_id: str) -> dict[str, Any]:
     job = store.job(job_id)
     progress = read_progress(store.job_dir(job.id) / "progress.jsonl")
     usage = UsageStore(store).usage(job.id)
-    document = local_document(job, store.segments(job.id), progress, store.summary(job.id), gpu_usage=usage)
+    state = load_state(store, job.id)
+    found = (
+        forecast(state, datetime.now(UTC), job.deadline, _budget(job))
+        if job.status is JobStatus.RUNNING
+        else None
+    )
+    document = local_document(job, store.segments(job.id), progress, store.summary(job.id), gpu_usage=usage,
+                              state=state, forecast=found)  # fmt: skip
     return document.as_json()
+
+
+def _budget(job: JobRecord) -> float | None:
+    """The job's ``goals.budget_usd`` (None when it has none, or its stored spec no longer reads)."""
+    try:
+        return stored_spec(job).goals.budget_usd
+    except SpecError:
+        return None
 
 
 def run_list(args: argparse.Namespace) -> int:

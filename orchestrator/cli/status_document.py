@@ -14,7 +14,9 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from orchestrator.backends.base import Progress
 from orchestrator.backends.slurm import SlurmJobStatus
+from orchestrator.state.forecast import Forecast
 from orchestrator.state.gpu_usage import GpuUsage
+from orchestrator.state.job_state import JobState
 from orchestrator.state.records import JobRecord, SegmentRecord, segment_cost_usd
 from orchestrator.state.status import JobStatus
 
@@ -52,6 +54,47 @@ class ProgressDoc(_Part):
     world_size: int | None
 
 
+class ForecastDoc(_Part):
+    """From the measured step rate of the open segment and the steps left (running jobs only)."""
+
+    finish_at: str = Field(description="ISO 8601: the expected finish")
+    eta_seconds: float
+    steps_per_second: float
+    cost_to_finish_usd: float = Field(description="the time left at the current market's price")
+    cost_to_finish_on_demand_usd: float = Field(description="the time left at the on-demand price")
+    projected_cost_usd: float = Field(description="spent so far plus the cost to finish")
+    deadline_at_risk: bool | None = Field(
+        default=None, description="finishes after the deadline; null without one"
+    )
+    budget_at_risk: bool | None = Field(
+        default=None, description="projected cost above budget_usd; null without one"
+    )
+
+    @classmethod
+    def of(cls, found: Forecast) -> ForecastDoc:
+        return cls(
+            finish_at=found.finish_at.isoformat(), eta_seconds=round(found.eta_seconds, 3),
+            steps_per_second=found.steps_per_second, cost_to_finish_usd=_money(found.cost_to_finish_usd),
+            cost_to_finish_on_demand_usd=_money(found.cost_to_finish_on_demand_usd),
+            projected_cost_usd=_money(found.projected_cost_usd), deadline_at_risk=found.deadline_at_risk,
+            budget_at_risk=found.budget_at_risk,
+        )  # fmt: skip
+
+    @classmethod
+    def from_status(cls, written: Any) -> ForecastDoc | None:
+        """The operator's ``status.forecast`` (camelCase); None when absent or unreadable."""
+        if not isinstance(written, dict):
+            return None
+        try:
+            return cls.model_validate({_snake(k): v for k, v in written.items()})
+        except ValidationError:
+            return None
+
+
+def _snake(name: str) -> str:
+    return "".join(f"_{c.lower()}" if c.isupper() else c for c in name)
+
+
 class StatusDocument(_Part):
     """``gpuctl status JOB -o json`` on every backend."""
 
@@ -63,6 +106,13 @@ class StatusDocument(_Part):
     state: JobStatus
     failure_reason: str | None = Field(description="why a FAILED job failed, e.g. too_many_restarts")
     message: str | None
+    waiting_reason: str | None = Field(
+        default=None, description="why a job that is neither running nor ended waits, with its evidence"
+    )
+    waiting_since: str | None = Field(default=None, description="ISO 8601: since when it waits for that")
+    forecast: ForecastDoc | None = Field(
+        default=None, description="expected finish and cost to finish of a running job; null when unknown"
+    )
     submitted_at: str | None = Field(description="ISO 8601")
     updated_at: str | None = Field(description="ISO 8601")
     attempts: int
@@ -126,14 +176,19 @@ def _ledger_totals(segments: list[SegmentRecord], now: datetime) -> dict[str, fl
 
 def local_document(job: JobRecord, segments: list[SegmentRecord], progress: Progress | None,
                    summary: dict[str, Any], now: datetime | None = None,
-                   gpu_usage: GpuUsage | None = None) -> StatusDocument:  # fmt: skip
-    """A job of the controller's store (local, or SLURM run by a controller)."""
+                   gpu_usage: GpuUsage | None = None, state: JobState | None = None,
+                   forecast: Forecast | None = None) -> StatusDocument:  # fmt: skip
+    """A job of the controller's store (local, or SLURM run by a controller); ``state``: its engine
+    state (why it waits), ``forecast``: its forecast when running."""
     now = now or datetime.now(UTC)
+    waiting = state.waiting if state is not None and not job.status.terminal else None
     docs = [_record_segment(s, now) for s in segments]
     metrics = summary.get("metrics") or (dict(progress.metrics) if progress and progress.metrics else None)
     return StatusDocument(
         id=job.id, name=job.name, user=job.user, team=job.team, backend=job.backend, state=job.status,
         failure_reason=job.failure_reason.value if job.failure_reason else None, message=job.message,
+        waiting_reason=waiting.message if waiting else None, waiting_since=_iso(waiting.since if waiting else None),
+        forecast=ForecastDoc.of(forecast) if forecast is not None and job.status is JobStatus.RUNNING else None,
         submitted_at=job.submitted_at.isoformat(), updated_at=job.updated_at.isoformat(),
         attempts=job.attempts, preemptions=job.preemptions, restarts=job.restarts,
         nodes=_open_nodes(docs), **_ledger_totals(segments, now), cost_is_simulated=job.backend == "local",
@@ -161,6 +216,9 @@ def slurm_document(found: SlurmJobStatus, now: datetime | None = None) -> Status
     return StatusDocument(
         id=found.job_id, name=found.job_id, user=None, team=None, backend="slurm", state=found.status,
         failure_reason=str(found.failure) if found.failure else None, message=found.message,
+        waiting_reason=f"queued in SLURM job {job.job_id} on partition {job.partition} (squeue reason: "
+        f"{job.reason or 'none given'})" if job.state == "PENDING" else None,
+        waiting_since=_iso(job.submit_time) if job.state == "PENDING" else None, forecast=None,
         submitted_at=_iso(job.submit_time), updated_at=_iso(job.end_time or job.start_time or job.submit_time),
         attempts=found.attempts, preemptions=job.restarts, restarts=0, nodes=_open_nodes(docs),
         **_ledger_totals(found.segments, now), cost_is_simulated=False, segments=docs, progress=None,
@@ -239,11 +297,18 @@ def kubernetes_document(obj: dict[str, Any], now: datetime | None = None) -> Sta
     on_demand = _sum_or_none([p[1] for p in parts])
     spec = obj.get("spec") or {}
     progress, metrics = gpujob_progress(status.get("progress"))
+    waiting = status.get("waiting") if isinstance(status.get("waiting"), dict) else None
+    state = JobStatus(status.get("state", JobStatus.PENDING))
+    if state.terminal or state is JobStatus.RUNNING:
+        waiting = None
     return StatusDocument(
         id=meta.get("name", ""), name=meta.get("name", ""), user=status.get("user") or meta.get("namespace"),
         team=spec.get("team"), backend="kubernetes",
-        state=JobStatus(status.get("state", JobStatus.PENDING)), failure_reason=status.get("failureReason"),
-        message=status.get("message"), submitted_at=meta.get("creationTimestamp"),
+        state=state, failure_reason=status.get("failureReason"),
+        message=status.get("message"), waiting_reason=waiting.get("message") if waiting else None,
+        waiting_since=waiting.get("since") if waiting else None,
+        forecast=ForecastDoc.from_status(status.get("forecast")) if state is JobStatus.RUNNING else None,
+        submitted_at=meta.get("creationTimestamp"),
         updated_at=_last_transition(status), attempts=int(status.get("attempt", 0)),
         preemptions=int(status.get("preemptions", 0)), restarts=int(status.get("restarts", 0)),
         nodes=status.get("nodes"), cost_usd=cost if docs else _money(float(status.get("costUsd", 0.0))),

@@ -40,6 +40,8 @@ def live_table(doc: dict[str, Any], waiting_reason: str | None) -> Table:
         )
         table.add_row("running on", Text(where if not seg["ended_at"] else f"(last) {where}"))
     table.add_row("attempts", f"{doc['attempts']}   preemptions {doc['preemptions']}")
+    if doc.get("forecast"):
+        table.add_row("forecast", Text(forecast_line(doc["forecast"])))
     table.add_row(
         "cost so far",
         Text(
@@ -53,6 +55,11 @@ def live_table(doc: dict[str, Any], waiting_reason: str | None) -> Table:
 def summary_lines(doc: dict[str, Any]) -> list[str]:
     failure = f" ({doc['failure_reason']})" if doc["failure_reason"] else ""
     lines = [f"job {doc['id']} {doc['state']}{failure}: {doc['message'] or '-'}"]
+    if doc.get("waiting_reason"):
+        since = f" (since {doc['waiting_since'][:19]})" if doc.get("waiting_since") else ""
+        lines.append(f"waiting: {doc['waiting_reason']}{since}")
+    if doc.get("forecast"):
+        lines.append(f"forecast: {forecast_line(doc['forecast'])}")
     metrics = doc.get("metrics") or {}
     if metrics:
         lines.append("final metrics: " + ", ".join(f"{k} {_number(v)}" for k, v in metrics.items()))
@@ -112,6 +119,36 @@ def gpu_use_line(usage: dict[str, Any]) -> str:
     )
 
 
+def forecast_line(found: dict[str, Any]) -> str:
+    """One line of a status document's ``forecast``: ETA, cost to finish now and on-demand, the risks."""
+    eta = format_duration(found["eta_seconds"])
+    risks = [w for w, flag in (("deadline at risk", found.get("deadline_at_risk")),
+                               ("budget at risk", found.get("budget_at_risk"))) if flag]  # fmt: skip
+    return (
+        f"ETA {eta} (finish {found['finish_at'][:16].replace('T', ' ')}, {found['steps_per_second']:.3g} steps/s); "
+        f"to finish {usd(found['cost_to_finish_usd'])} USD now, {usd(found['cost_to_finish_on_demand_usd'])} USD "
+        f"on-demand; projected {usd(found['projected_cost_usd'])} USD"
+        + ("; " + ", ".join(risks) if risks else "")
+    )
+
+
+REASON_WIDTH = 60
+
+
+def _reason(doc: dict[str, Any]) -> str:
+    """Why a job waits (or why it ended, for a failed or cancelled one), cut to :data:`REASON_WIDTH`."""
+    found = doc.get("waiting_reason") or (doc["message"] if doc["state"] in ("FAILED", "CANCELLED") else None)
+    if not found:
+        return "-"
+    text = str(found)
+    return text if len(text) <= REASON_WIDTH else text[: REASON_WIDTH - 1] + "…"
+
+
+def _eta(doc: dict[str, Any]) -> str:
+    found = doc.get("forecast")
+    return format_duration(found["eta_seconds"]) if found else "-"
+
+
 def _last_gpu(doc: dict[str, Any]) -> str:
     seg = doc["segments"][-1] if doc["segments"] else None
     return f"{seg['nodes']}x{seg['gpu_type']} {seg['market']}" if seg else "-"
@@ -130,6 +167,8 @@ JOB_COLUMNS = (
     Column("FAILURE", lambda d: d["failure_reason"] or "-", drop=8, wide_only=True),
     Column("GPUS", _last_gpu, drop=9, wide_only=True),
     Column("SUBMITTED", lambda d: (d["submitted_at"] or "-")[:19], drop=10, wide_only=True),
+    Column("ETA", _eta, drop=11, wide_only=True, right=True),
+    Column("REASON", _reason, drop=3),
 )
 """``gpuctl list``: ID and STATE are never cut; the others go, TEAM first, when the terminal is narrow."""
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from orchestrator.backends.base import Placement
 from orchestrator.state.status import FailureReason, JobStatus
@@ -80,6 +81,35 @@ class RecordEvent:
     message: str
 
 
+ALERT_KINDS = ("stalled", "idle", "deadline_at_risk", "budget_at_risk")
+"""The watchdog's and the forecasts' event kinds (notifications subscribe to them)."""
+
+
+@dataclass(frozen=True)
+class Alert:
+    """Raise the event ``kind`` (one of :data:`ALERT_KINDS`) and remember its episode, so that it is
+    raised once: ``episode`` is the stall's last step advance or the idleness's start (None: the risks)."""
+
+    kind: str
+    message: str
+    episode: datetime | None = None
+
+
+@dataclass(frozen=True)
+class ClearAlert:
+    """The risk ``kind`` is gone: a later one is a new episode (raised again)."""
+
+    kind: str
+
+
+@dataclass(frozen=True)
+class SetWaiting:
+    """Why the job waits (it keeps its ``since`` while ``code`` stays the same)."""
+
+    code: str
+    message: str
+
+
 Action = (
     Transition
     | StartAttempt
@@ -92,4 +122,7 @@ Action = (
     | CountRestart
     | RightSize
     | RecordEvent
+    | Alert
+    | ClearAlert
+    | SetWaiting
 )

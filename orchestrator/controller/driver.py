@@ -28,7 +28,7 @@ from orchestrator.controller.actions import Action, CloseSegment, StopNodes, Tra
 from orchestrator.controller.market_choice import MarketView, ZoneMarket, changeover_hours
 from orchestrator.controller.measurements import gpu_measurements, monitor_usage
 from orchestrator.controller.placement import Candidates, candidates_for
-from orchestrator.controller.reconcile import JobView, reconcile
+from orchestrator.controller.reconcile import JobView, reconcile_and_explain
 from orchestrator.errors import SpecError
 from orchestrator.notify import JobRef, NotifyConfig, addressed, enqueue, notifications_for
 from orchestrator.policies import GpuMeasurement, ZoneHistory
@@ -90,7 +90,7 @@ class Driver:
         view, observed = self._view(job, state, spec, now)
         observed, budget_events = engine.note_budget(observed, spec.goals.budget_usd, now)
         self.draining[job.id] = view.draining
-        actions = reconcile(view)
+        actions = reconcile_and_explain(view)
         if actions or observed != state:
             self._apply(job, state, observed, spec, view, actions, now, budget_events)
         return actions
@@ -157,6 +157,7 @@ class Driver:
         observed = engine.record_notices(state, {n.node_id: n.notice_at for n in seen if n.notice_at})
         open_segment = state.open_segment
         progress = observation.progress if observation else None
+        observed = engine.record_progress(observed, progress)
         fresh = bool(progress and progress.time and open_segment and progress.time >= open_segment.started_at)
         attempt_start = min(
             (s.started_at for s in state.segments if s.attempt == state.attempt), default=None
@@ -205,6 +206,10 @@ class Driver:
             restarts=state.restarts,
             preemptions=state.preemptions,
             cancel_requested=self.store.cancel_requested(job.id),
+            segments=observed.segments,
+            watch=observed.watch,
+            gpu=UsageStore(self.store).activity(job.id) if state.status is JobStatus.RUNNING else None,
+            waiting=observed.waiting,
         )
         return view, observed
 

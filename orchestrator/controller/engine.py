@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import assert_never
 
-from orchestrator.backends.base import Placement
+from orchestrator.backends.base import Placement, Progress
 from orchestrator.catalog.offers import MarketKind
 from orchestrator.controller import actions as act
 from orchestrator.state.job_state import (
@@ -31,7 +31,8 @@ from orchestrator.state.job_state import (
     RightSizePick,
     SegmentState,
 )
-from orchestrator.state.status import check_transition
+from orchestrator.state.status import JobStatus, check_transition
+from orchestrator.state.watch import WaitReason, record_step
 
 
 @dataclass(frozen=True)
@@ -119,8 +120,16 @@ def _apply_one(c: _Changes, action: act.Action, job_id: str, alive: Sequence[str
         c.events.append(
             Event("transition", f"{s.status} -> {action.target}: {action.message}", action.target)
         )
+        waiting = None
+        if action.target is not JobStatus.RUNNING and not action.target.terminal:
+            waiting = WaitReason(code=str(action.target).lower(), message=action.message, since=now)
         c.state = s.model_copy(
-            update={"status": action.target, "message": action.message, "failure_reason": action.reason}
+            update={
+                "status": action.target,
+                "message": action.message,
+                "failure_reason": action.reason,
+                "waiting": waiting,
+            }
         )
     elif isinstance(action, act.StartAttempt):
         attempt = s.attempt + 1
@@ -170,6 +179,21 @@ def _apply_one(c: _Changes, action: act.Action, job_id: str, alive: Sequence[str
         c.events.append(Event("right_size", action.why))
     elif isinstance(action, act.RecordEvent):
         c.events.append(Event(action.kind, action.message))
+    elif isinstance(action, act.Alert):
+        c.events.append(Event(action.kind, action.message))
+        c.state = s.model_copy(
+            update={"watch": s.watch.model_copy(update=_episode(action.kind, action.episode, True))}
+        )
+    elif isinstance(action, act.ClearAlert):
+        c.state = s.model_copy(
+            update={"watch": s.watch.model_copy(update=_episode(action.kind, None, False))}
+        )
+    elif isinstance(action, act.SetWaiting):
+        same = s.waiting is not None and s.waiting.code == action.code
+        since = s.waiting.since if s.waiting is not None and same else now
+        c.state = s.model_copy(
+            update={"waiting": WaitReason(code=action.code, message=action.message, since=since)}
+        )
     else:
         assert_never(action)
 
@@ -198,6 +222,28 @@ def note_budget(
     )
     alerts = tuple(sorted({*state.budget_alerts, *reached}))
     return state.model_copy(update={"budget_alerts": alerts}), (event,)
+
+
+def _episode(kind: str, episode: datetime | None, raised: bool) -> dict[str, object]:
+    """The :class:`~orchestrator.state.watch.WatchState` field that remembers an alert of ``kind``
+    (``raised``: set by an alert, cleared by a ``ClearAlert``)."""
+    if kind == "stalled":
+        return {"stalled_for": episode}
+    if kind == "idle":
+        return {"idle_for": episode}
+    if kind in ("deadline_at_risk", "budget_at_risk"):
+        return {kind: raised}
+    raise ValueError(f"unknown alert kind {kind!r}")
+
+
+def record_progress(state: JobState, progress: Progress | None) -> JobState:
+    """The observed training progress, kept as a step sample of the open segment when the step advanced
+    (the stall watchdog and the forecasts read them)."""
+    segment = state.open_segment
+    if progress is None or segment is None or progress.finished:
+        return state
+    watch = record_step(state.watch, progress.step, progress.total_steps, progress.time, segment.started_at)
+    return state if watch is state.watch else state.model_copy(update={"watch": watch})
 
 
 def record_notices(state: JobState, notices: dict[str, datetime]) -> JobState:

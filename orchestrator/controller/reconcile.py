@@ -8,7 +8,7 @@ backend. The same inputs always give the same actions, which is what the unit te
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from orchestrator.backends.base import NodeObservation, NodePhase, Placement, Progress
@@ -23,6 +23,7 @@ from orchestrator.controller.actions import (
     RecordEvent,
     RightSize,
     SegmentStartsNow,
+    SetWaiting,
     StartAttempt,
     StopNodes,
     Transition,
@@ -36,11 +37,15 @@ from orchestrator.controller.market_choice import (
     choose_market,
     leave_on_demand,
 )
+from orchestrator.controller.waiting import why_waiting
+from orchestrator.controller.watchdog import watch_actions
 from orchestrator.errors import GpuctlError
 from orchestrator.policies import GpuMeasurement, right_size
 from orchestrator.spec import JobSpec, MarketMode
 from orchestrator.spec import RightSize as RightSizeMode
+from orchestrator.state.job_state import SegmentState
 from orchestrator.state.status import FailureReason, JobStatus
+from orchestrator.state.watch import GpuActivity, WaitReason, WatchState
 
 S = JobStatus
 
@@ -88,6 +93,36 @@ class JobView:
     restarts: int = 0
     preemptions: int = 0
     cancel_requested: bool = False
+    segments: tuple[SegmentState, ...] = ()
+    """The job's segments (the open one last): what it spent, and its current price for forecasts."""
+    watch: WatchState = field(default_factory=WatchState)
+    """Step samples of the open segment and the alerts already raised."""
+    gpu: GpuActivity | None = None
+    """What the GPU monitors measured lately (None: nothing yet)."""
+    waiting: WaitReason | None = None
+    """Why the job waits, as recorded last."""
+
+    @property
+    def segment_started_at(self) -> datetime | None:
+        """When the open segment started (None: no segment is open)."""
+        if self.open_segment_nodes is None or not self.segments or self.segments[-1].ended_at is not None:
+            return None
+        return self.segments[-1].started_at
+
+
+def reconcile_and_explain(view: JobView) -> list[Action]:
+    """:func:`reconcile`, and for a job it leaves waiting, why (a ``SetWaiting`` when that changed).
+    What the hosts call; the reason never changes the decision."""
+    actions = reconcile(view)
+    if view.status.terminal or view.cancel_requested or any(isinstance(a, Transition) for a in actions):
+        return actions
+    found = why_waiting(view, market_view(view))
+    if found is None:
+        return actions
+    code, message = found
+    if view.waiting is None or (view.waiting.code, view.waiting.message) != (code, message):
+        actions.append(SetWaiting(code, message))
+    return actions
 
 
 def reconcile(view: JobView) -> list[Action]:
@@ -271,6 +306,11 @@ def _follow(view: JobView) -> list[Action]:
             Transition(S.RECOVERING, f"training exited with {codes}; restarting"),
         ]
 
+    # 6d'. The watchdog (a stall, idle GPUs) and the forecasts (deadline or budget at risk), while running.
+    watched = watch_actions(view)
+    if any(isinstance(a, Transition) for a in watched):
+        return watched
+
     # 6e. Still queued (SLURM PENDING): queue time is free, so the segment starts when the nodes do.
     if view.status is S.LAUNCHING and alive and all(n.queued for n in alive) and view.open_segment_nodes:
         return [SegmentStartsNow()]
@@ -301,7 +341,7 @@ def _follow(view: JobView) -> list[Action]:
     # 6h. Training is under way.
     if view.status in (S.LAUNCHING, S.RESCALING) and view.progress is not None and view.progress_fresh:
         return [Transition(S.RUNNING, f"training at step {view.progress.step} on {len(alive)} node(s)")]
-    return []
+    return watched
 
 
 def _growth(view: JobView, alive: int) -> int:
@@ -367,4 +407,4 @@ def _ids(nodes: list[NodeObservation] | tuple[NodeObservation, ...]) -> tuple[st
     return tuple(n.node_id for n in nodes)
 
 
-__all__ = ["JobView", "reconcile"]
+__all__ = ["JobView", "reconcile", "reconcile_and_explain"]

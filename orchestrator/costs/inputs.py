@@ -9,14 +9,16 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
 from orchestrator.costs.ledger import LostWork
+from orchestrator.costs.projection import costs_to_finish
 from orchestrator.errors import NotFoundError, UserError
 from orchestrator.state.records import JobRecord, SegmentRecord
 from orchestrator.state.status import FailureReason, JobStatus
+from orchestrator.state.store import JobStore
 
 
 class LedgerSource(Protocol):
@@ -33,6 +35,8 @@ class ReportInputs:
     segments: list[SegmentRecord]
     idle: dict[str, float] | None = None
     lost: dict[str, LostWork] = field(default_factory=dict)
+    to_finish: dict[str, float] = field(default_factory=dict)
+    """Running job id -> forecast USD to finish at the current market (the projected-spend column)."""
 
 
 def read_ledger(source: LedgerSource, since: datetime | None = None) -> ReportInputs:
@@ -43,7 +47,9 @@ def read_ledger(source: LedgerSource, since: datetime | None = None) -> ReportIn
     """
     idle_reader = getattr(source, "idle_gpu_hours", None)
     idle = {str(k): float(v) for k, v in idle_reader().items()} if callable(idle_reader) else None
-    return ReportInputs(jobs=list(source.list_jobs()), segments=list(source.segments(since=since)), idle=idle)
+    to_finish = costs_to_finish(source, datetime.now(UTC)) if isinstance(source, JobStore) else {}
+    return ReportInputs(jobs=list(source.list_jobs()), segments=list(source.segments(since=since)), idle=idle,
+                        to_finish=to_finish)  # fmt: skip
 
 
 def _encode(value: Any) -> Any:
@@ -58,6 +64,7 @@ def inputs_to_json(inputs: ReportInputs) -> str:
             "segments": [{k: _encode(v) for k, v in asdict(s).items()} for s in inputs.segments],
             "idle_gpu_hours": inputs.idle,
             "lost_work": {k: asdict(v) for k, v in inputs.lost.items()},
+            "cost_to_finish_usd": inputs.to_finish,
         }
     )
 
@@ -93,6 +100,7 @@ def inputs_from_json(text: str, source: str = "ledger export") -> ReportInputs:
             segments=[_segment(r) for r in doc.get("segments", [])],
             idle={str(k): float(v) for k, v in idle.items()} if idle is not None else None,
             lost={str(k): LostWork(**v) for k, v in (doc.get("lost_work") or {}).items()},
+            to_finish={str(k): float(v) for k, v in (doc.get("cost_to_finish_usd") or {}).items()},
         )
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise UserError(

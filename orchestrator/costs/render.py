@@ -31,6 +31,7 @@ COLUMNS = [
     "gpuEfficiency",
     "lostGpuHours",
     "lostCost",
+    "projectedCost",
 ]
 
 
@@ -49,6 +50,7 @@ def row_fields(row: ReportRow) -> dict[str, Any]:
         "gpuEfficiency": row.gpu_efficiency,
         "lostGpuHours": row.lost_gpu_hours,
         "lostCost": row.lost_cost_usd,
+        "projectedCost": row.projected_usd,
     }
 
 
@@ -111,6 +113,7 @@ def table_cells(row: ReportRow) -> list[str]:
         str(row.jobs),
         _num(f["gpuHours"]),
         _usd(f["totalCost"]),
+        _usd(f["projectedCost"]) if row.to_finish_usd > 0 else "-",  # only rows with running jobs
         _usd(f["onDemandCost"]),
         _usd(f["savings"]),
         _num(f["idleGpuHours"]),
@@ -126,6 +129,7 @@ TABLE_HEADERS = [
     "Jobs",
     "GPU-h",
     "Cost",
+    "Projected",
     "On-demand",
     "Saved",
     "Idle GPU-h",

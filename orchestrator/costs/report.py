@@ -46,6 +46,13 @@ class ReportRow:
     measured_gpu_hours: float = 0.0
     lost_gpu_hours: float = 0.0
     lost_cost_usd: float = 0.0
+    to_finish_usd: float = 0.0
+    """What the group's running jobs will still cost at their current market (forecast)."""
+
+    @property
+    def projected_usd(self) -> float:
+        """Spent plus the running jobs' forecast cost to finish."""
+        return self.cost_usd + self.to_finish_usd
 
     @property
     def savings_usd(self) -> float:
@@ -67,6 +74,7 @@ SUMMED = (
     "measured_gpu_hours",
     "lost_gpu_hours",
     "lost_cost_usd",
+    "to_finish_usd",
 )
 """The :class:`ReportRow` fields that add up across rows."""
 
@@ -206,8 +214,10 @@ def build_report(
     by: GroupBy | str,
     idle: Mapping[str, float] | None = None,
     lost: Mapping[str, LostWork] | None = None,
+    to_finish: Mapping[str, float] | None = None,
 ) -> Report:
-    """Group the ledger of ``window`` (all time when ``None``) by ``by``; rows sorted by cost."""
+    """Group the ledger of ``window`` (all time when ``None``) by ``by``; rows sorted by cost.
+    ``to_finish``: running job id -> forecast USD to finish, added to the row of its open segment."""
     group = GroupBy(by)
     seg_list = list(segments)
     win = window or default_window(seg_list, now)
@@ -219,7 +229,10 @@ def build_report(
     for jc in costs:
         for part in jc.parts:
             key = key_of(jc, part.segment)
-            _add_share(rows.setdefault(key, ReportRow(key)), jc, part)
+            row = rows.setdefault(key, ReportRow(key))
+            _add_share(row, jc, part)
+            if part.segment.ended_at is None and to_finish:
+                row.to_finish_usd += to_finish.get(jc.job_id, 0.0)
             members[key].add(jc.job_id)
             buckets.add(key, part.segment, now)
     ordered = sorted(rows.values(), key=lambda r: (-r.cost_usd, r.name))

@@ -77,7 +77,9 @@ def write_report_files(
     moment = now or datetime.now(UTC)
     inputs = load_inputs()
     window = parse_since(since, moment)
-    report = build_report(inputs.jobs, inputs.segments, moment, window, by, inputs.idle, inputs.lost)
+    report = build_report(
+        inputs.jobs, inputs.segments, moment, window, by, inputs.idle, inputs.lost, inputs.to_finish
+    )
     folder.mkdir(parents=True, exist_ok=True)
     stem = folder / f"cost-report-{moment.strftime('%Y%m%dT%H%M%SZ')}"
     written = []

@@ -14,6 +14,8 @@ from orchestrator.spec.model import (
     Recovery,
     Resources,
     RightSize,
+    Watchdog,
+    WatchdogAction,
 )
 from orchestrator.spec.schema import job_spec_json_schema
 
@@ -29,6 +31,8 @@ __all__ = [
     "Recovery",
     "Resources",
     "RightSize",
+    "Watchdog",
+    "WatchdogAction",
     "format_duration",
     "job_spec_json_schema",
     "load_spec_file",

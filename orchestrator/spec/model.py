@@ -250,6 +250,38 @@ class Policies(_Strict):
         return "off" if v is False else v  # YAML reads a bare `off` as false
 
 
+class WatchdogAction(StrEnum):
+    ALERT = "alert"
+    """Raise the ``stalled``/``idle`` event and change nothing."""
+    CHECKPOINT_AND_STOP = "checkpoint-and-stop"
+    """Send the notice (training checkpoints if it still can), stop the nodes, FAILED(stalled)."""
+    RESTART = "restart"
+    """Stop the attempt and resume from the newest checkpoint on a new one (counts as a restart)."""
+
+
+class Watchdog(_Strict):
+    stall_after: Line | None = Field(
+        default=None,
+        description="a running attempt whose step counter has not advanced this long is stalled "
+        "(default: the larger of 10m and 20 median step times)",
+    )
+    idle_after: Line | None = Field(
+        default=None,
+        description="a running attempt whose GPUs stayed under 5 % utilization this long is idle "
+        "(from the GPU monitor; default: off)",
+    )
+    action: WatchdogAction = Field(
+        default=WatchdogAction.ALERT, description="alert, checkpoint-and-stop or restart"
+    )
+
+    @field_validator("stall_after", "idle_after")
+    @classmethod
+    def _positive(cls, v: str | None) -> str | None:
+        if v is not None and parse_duration(v).total_seconds() <= 0:
+            raise ValueError("must be longer than zero")
+        return v
+
+
 class JobSpec(_Strict):
     """A training job: what runs, on what, under which goals."""
 
@@ -286,6 +318,7 @@ class JobSpec(_Strict):
     recovery: Recovery = Recovery()
     policies: Policies = Policies()
     notify: NotifyTargets = []
+    watchdog: Watchdog = Watchdog()
 
     @field_validator("command")
     @classmethod

@@ -25,6 +25,7 @@ from pydantic.alias_generators import to_camel
 
 from orchestrator.state.records import segment_cost_usd, segment_hours
 from orchestrator.state.status import FailureReason, JobStatus
+from orchestrator.state.watch import WaitReason, WatchState
 
 
 class _Model(BaseModel):
@@ -192,6 +193,10 @@ class JobState(_Model):
     right_size: RightSizePick | None = None
     budget_alerts: tuple[int, ...] = ()
     """The shares of ``goals.budget_usd`` (percent: 50, 80, 100) already announced, each once."""
+    watch: WatchState = WatchState()
+    """Recent step advances and the alerts already raised (stall, idle, deadline and budget at risk)."""
+    waiting: WaitReason | None = None
+    """Why the job waits, while it is neither running nor ended."""
 
     @property
     def open_segment(self) -> SegmentState | None:

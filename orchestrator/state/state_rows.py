@@ -24,6 +24,7 @@ from orchestrator.state.job_state import (
 )
 from orchestrator.state.records import SegmentRecord
 from orchestrator.state.store import JobStore
+from orchestrator.state.watch import WaitReason, WatchState
 
 
 def _ts(moment: datetime | None) -> str | None:
@@ -66,6 +67,8 @@ def load_state(store: JobStore, job_id: str) -> JobState:
         if sizing
         else None,
         budget_alerts=tuple(int(p) for p in options.get("budget_alerts", ())),
+        watch=WatchState.model_validate(options.get("watch") or {}),
+        waiting=WaitReason.model_validate(options["waiting"]) if options.get("waiting") else None,
     )
 
 
@@ -150,6 +153,10 @@ def _save_options(conn: sqlite3.Connection, job_id: str, old: JobState, new: Job
         updates["budget_alerts"] = list(new.budget_alerts)
     if new.preempted_in_attempt != old.preempted_in_attempt or new.attempt != old.attempt:
         updates["preempted_in_attempt"] = {str(new.attempt): new.preempted_in_attempt}
+    if new.watch != old.watch:
+        updates["watch"] = new.watch.model_dump(mode="json", exclude_none=True)
+    if new.waiting != old.waiting:
+        updates["waiting"] = new.waiting.model_dump(mode="json") if new.waiting else None
     if not updates:
         return
     row = conn.execute("SELECT options_json FROM jobs WHERE id = ?", (job_id,)).fetchone()

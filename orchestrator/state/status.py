@@ -43,6 +43,8 @@ class FailureReason(StrEnum):
     INVALID_SPEC = "invalid_spec"
     """The job spec is invalid: refused at admission (a market policy or GPU type gpuctl does not know),
     or the stored spec cannot be read (corrupted, or written by an older gpuctl with looser checks)."""
+    STALLED = "stalled"
+    """The watchdog stopped it: the step counter stopped advancing or the GPUs idled (``watchdog``)."""
     INTERNAL_ERROR = "internal_error"
     """The controller met an unexpected error handling this job (a gpuctl bug, or data it did not expect)."""
 

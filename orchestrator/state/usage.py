@@ -31,6 +31,7 @@ from orchestrator.state.gpu_usage import (
     usage_window,
 )
 from orchestrator.state.store import JobStore, StoreWrites
+from orchestrator.state.watch import IDLE_UTIL_PCT, GpuActivity
 
 __all__ = ["EVENT_KIND", "NO_NVML_MESSAGE", "SUMMARY_GLOB", "GpuUsage", "UsageStore", "usage_from_files"]
 
@@ -158,6 +159,27 @@ class UsageStore:
             "SELECT job_id, SUM(idle_seconds) AS idle FROM gpu_usage_windows GROUP BY job_id"
         )
         return {r["job_id"]: float(r["idle"]) / 3600.0 for r in rows}
+
+    def activity(self, job_id: str) -> GpuActivity | None:
+        """When the job's GPUs were last measured and last busy (for the idle watchdog); None before a
+        window."""
+        rows = self.store._query(
+            "SELECT MAX(end) AS measured, MAX(CASE WHEN util_mean_pct >= ? THEN end END) AS busy"
+            " FROM gpu_usage_windows WHERE job_id = ?",
+            (IDLE_UTIL_PCT, job_id),
+        )
+        if not rows or rows[0]["measured"] is None:
+            return None
+        measured, busy = float(rows[0]["measured"]), rows[0]["busy"]
+        newest = self.store._query(
+            "SELECT MAX(util_mean_pct) AS util FROM gpu_usage_windows WHERE job_id = ? AND end = ?",
+            (job_id, measured),
+        )
+        return GpuActivity(
+            measured_until=datetime.fromtimestamp(measured, UTC),
+            busy_until=datetime.fromtimestamp(float(busy), UTC) if busy is not None else None,
+            util_pct=float(newest[0]["util"] or 0.0),
+        )
 
     def usage(self, job_id: str) -> GpuUsage | None:
         """The aggregate of the stored windows; None when nothing was measured."""

@@ -49,6 +49,9 @@ class SimScript:
     """One node (the last) vanishes without a notice at this step, once (an elastic job rescales)."""
     fail_at_step: int | None = None
     """The training command exits 1 on every node at this step, once."""
+    stall_at_step: int | None = None
+    """Training stops advancing at this step while every node keeps running (a rank hung in a
+    collective), in the first attempt that reaches it; a later attempt trains on."""
 
 
 @dataclass
@@ -70,7 +73,8 @@ class _Job:
     attempt: int = 0
     progress_at: datetime | None = None
     finished_in_attempt: int | None = None
-    fired: set[str] = field(default_factory=set)
+    fired: dict[str, int] = field(default_factory=dict)
+    """Scripted events that fired, with the attempt they fired in."""
 
 
 class SimulatedBackend:
@@ -106,6 +110,9 @@ class SimulatedBackend:
                 continue
             if not running or job.finished_in_attempt == job.attempt:
                 continue
+            if job.script.stall_at_step == job.step and job.fired.get("stall", job.attempt) == job.attempt:
+                job.fired["stall"] = job.attempt  # hung: the nodes run, the step does not move
+                continue
             job.step += 1
             job.progress_at = now
             self._market(job_id, job, running, now)
@@ -118,14 +125,14 @@ class SimulatedBackend:
     def _market(self, job_id: str, job: _Job, running: list[_Node], now: datetime) -> None:
         script = job.script
         if script.reclaim_at_step == job.step and "reclaim" not in job.fired:
-            job.fired.add("reclaim")
+            job.fired["reclaim"] = job.attempt
             for node in running:  # the notice now; the nodes checkpoint and exit next round
                 node.notice_at, node.stopping = now, True
         if script.lose_node_at_step == job.step and "lose" not in job.fired and len(running) > 1:
-            job.fired.add("lose")
+            job.fired["lose"] = job.attempt
             self._end(running[-1], NodePhase.LOST, None, now)
         if script.fail_at_step == job.step and "fail" not in job.fired:
-            job.fired.add("fail")
+            job.fired["fail"] = job.attempt
             for node in running:
                 self._end(node, NodePhase.FAILED, 1, now)
 

@@ -32,6 +32,9 @@ SAMPLES: dict[type, act.Action] = {
     act.CountRestart: act.CountRestart(),
     act.RightSize: act.RightSize("A100", True, "cheaper per step"),
     act.RecordEvent: act.RecordEvent("note", "hello"),
+    act.Alert: act.Alert("stalled", "step 3 has not advanced", NOW),
+    act.ClearAlert: act.ClearAlert("budget_at_risk"),
+    act.SetWaiting: act.SetWaiting("no_spot", "no spot capacity"),
 }
 
 

@@ -157,3 +157,24 @@ def _wait_no_node_processes(job_dir: Path, timeout: float = 45) -> None:
             return
         time.sleep(0.5)
     raise AssertionError(f"processes of {job_dir.name} still running: {alive}")
+
+
+def test_a_rank_hung_in_a_collective_is_detected_and_the_job_restarted(gpuctl: Gpuctl, tmp_path: Path) -> None:
+    """gloo on CPU under torchrun: the last rank stops before step 6's all-reduce, the other waits in it.
+    The watchdog sees the step counter stop, raises ``stalled`` within stall_after (plus a tick or two)
+    and restarts the job from its checkpoint; the second attempt finishes."""
+    job_file = write_job(tmp_path, "hang", f"command: {TINY} 20 0.1\nresources: {{nodes: 2}}\n"
+                         "env: {TINY_HANG_AT_STEP: '5'}\ncheckpoint: {notice_grace_seconds: 3}\n"
+                         "watchdog: {stall_after: 6s, action: restart}\n")  # fmt: skip
+    gpuctl.run("submit", str(job_file))
+    doc = json.loads(gpuctl.run("list", "-o", "json").stdout)[0]
+    assert doc["state"] == "SUCCEEDED", doc["message"]
+    assert (doc["attempts"], doc["restarts"]) == (2, 1)
+    events = json.loads(gpuctl.run("events", doc["id"], "-o", "json").stdout)
+    stalled = [e for e in events if e["kind"] == "stalled"]
+    assert len(stalled) == 1 and "step 5 has not advanced" in stalled[0]["message"], stalled
+    steps = [e for e in _progress_events(gpuctl.home, doc["id"]) if e.get("step") == 5 and "event" not in e]
+    hung_at = datetime.fromisoformat(steps[0]["time"])
+    waited = (datetime.fromisoformat(stalled[0]["time"]) - hung_at).total_seconds()
+    assert 5.0 <= waited <= 12.0, waited  # stall_after (event times in whole seconds), plus ticks
+    assert any("watchdog: step 5" in e["message"] for e in events if e["kind"] == "transition")

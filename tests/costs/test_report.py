@@ -15,7 +15,7 @@ from orchestrator.costs.ledger import Window, job_costs
 from orchestrator.costs.render import to_csv, to_json, to_table
 from orchestrator.costs.report import GroupBy, build_report, parse_since, parse_window
 from orchestrator.errors import UserError
-from tests.costs.factory import at, fleet, preempted_three_times
+from tests.costs.factory import at, fleet, preempted_three_times, seg
 
 NOW = at(12, day=20)
 
@@ -115,3 +115,20 @@ def test_table_limit_sums_the_rest_into_one_line() -> None:
     rest = sum(r.cost_usd for r in report.rows[2:])
     assert f"({len(report.rows) - 2} more)" in text and f"${rest:,.2f}" in text
     assert f"${report.totals.cost_usd:,.2f}" in text and report.rows[2].name not in text
+
+
+def test_running_jobs_add_their_forecast_cost_to_finish_to_the_projected_column() -> None:
+    jobs, segments, idle = fleet()
+    running = seg("job00", at(8, day=20), None, price=1.0, od=3.0)  # still open at NOW
+    segments.append(running)
+    report = build_report(jobs, segments, NOW, None, GroupBy.JOB, idle=idle, to_finish={running.job_id: 7.5})
+    row = next(r for r in report.rows if r.name == running.job_id)
+    assert row.projected_usd == pytest.approx(row.cost_usd + 7.5)
+    assert report.totals.projected_usd == pytest.approx(report.totals.cost_usd + 7.5)
+    others = [r for r in report.rows if r.name != running.job_id]
+    assert all(r.projected_usd == r.cost_usd for r in others)
+    doc = json.loads(to_json(report))
+    assert doc["totals"]["projectedCost"] == pytest.approx(report.totals.cost_usd + 7.5)
+    console = Console(width=250, record=True)
+    console.print(to_table(report))
+    assert f"${row.cost_usd + 7.5:,.2f}" in console.export_text()

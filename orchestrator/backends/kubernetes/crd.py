@@ -37,6 +37,9 @@ SHORT_NAME = "gj"
 API_VERSION = f"{GROUP}/{VERSION}"
 
 CONDITION_REASONS = ("Placed", "Running", "Preempted", "Rescaled", "Succeeded", "Failed")
+WAITING_REASONS = ("Pending", "Placing", "NoSpot", "Checkpoint", "Queued", "Unschedulable", "Starting",
+                   "Rescaling", "Preempted", "Recovering", "Launching")  # fmt: skip
+"""Reasons of the ``Waiting`` condition: the wait's code (orchestrator/controller/waiting.py) in CamelCase."""
 DEFAULT_CRD_PATH = Path("charts/gpuctl/crds/gpujob.yaml")
 
 # propertyNames (the bounds on label keys) has no OpenAPI v3 form: the operator's model checks it.
@@ -228,6 +231,25 @@ def progress_schema() -> dict[str, Any]:
     }
 
 
+def forecast_schema() -> dict[str, Any]:
+    """``status.forecast``: a running job's forecast (operators/kubernetes/step.py ``forecast_status``)."""
+    usd = {"type": "number"}
+    return {
+        "type": "object",
+        "description": "from the measured step rate and the steps left (running jobs; absent otherwise)",
+        "properties": {
+            "finishAt": {"type": "string", "format": "date-time", "description": "expected finish (ETA)"},
+            "etaSeconds": {"type": "number"},
+            "stepsPerSecond": {"type": "number"},
+            "costToFinishUsd": {**usd, "description": "the time left at the current market's price"},
+            "costToFinishOnDemandUsd": {**usd, "description": "the time left at the on-demand price"},
+            "projectedCostUsd": {**usd, "description": "spent so far plus the cost to finish"},
+            "deadlineAtRisk": {"type": "boolean"},
+            "budgetAtRisk": {"type": "boolean"},
+        },
+    }
+
+
 def status_openapi_schema() -> dict[str, Any]:
     condition = {
         "type": "object",
@@ -235,7 +257,13 @@ def status_openapi_schema() -> dict[str, Any]:
         "properties": {
             "type": {"type": "string"},
             "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
-            "reason": {"type": "string", "description": "one of " + ", ".join(CONDITION_REASONS)},
+            "reason": {
+                "type": "string",
+                "description": "one of "
+                + ", ".join(CONDITION_REASONS)
+                + "; for Waiting (why the job waits, with the evidence in message): "
+                + ", ".join(WAITING_REASONS),
+            },
             "message": {"type": "string"},
             "lastTransitionTime": {"type": "string", "format": "date-time"},
         },
@@ -267,6 +295,7 @@ def status_openapi_schema() -> dict[str, Any]:
                 "x-kubernetes-list-map-keys": ["type"],
             },
             "progress": progress_schema(),
+            "forecast": forecast_schema(),
             **gpu_usage_schemas(),
             "zoneHistory": zone_history_schema(),
         },
@@ -299,6 +328,12 @@ def gpujob_crd() -> dict[str, Any]:
         {"name": "Market", "type": "string", "jsonPath": ".status.market"},
         {"name": "Nodes", "type": "integer", "jsonPath": ".status.nodes"},
         {"name": "Cost", "type": "number", "jsonPath": ".status.costUsd", "description": "USD so far"},
+        {
+            "name": "ETA",
+            "type": "string",
+            "jsonPath": ".status.forecast.finishAt",
+            "description": "expected finish of a running job (UTC), from its measured step rate",
+        },
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     ]
     return {

@@ -93,7 +93,9 @@ def pod_phase(pod: Mapping[str, Any], existing_nodes: Collection[str] | None = N
     if phase == "Running":
         return NodeObservation(name, NodePhase.RUNNING)
     if phase in (None, "Pending"):
-        return NodeObservation(name, NodePhase.STARTING, queued=_unschedulable(pod) is not None)
+        blocked = _unschedulable(pod)
+        why = f"unschedulable: {blocked.get('message') or 'the scheduler found no node'}" if blocked else None
+        return NodeObservation(name, NodePhase.STARTING, queued=blocked is not None, wait_reason=why)
     return NodeObservation(name, NodePhase.LOST)
 
 

@@ -137,6 +137,10 @@ class SlurmBackend:
                 exit_code=job.exit_code if phase.ended else None,
                 ended_at=ended,
                 queued=phase is NodePhase.STARTING and job.state == "PENDING",
+                wait_reason=f"queued in SLURM job {job.job_id} on partition {job.partition} "
+                f"(squeue reason: {job.reason or 'none given'})"
+                if job.state == "PENDING"
+                else None,
             )
             for i, node_id in enumerate(node_ids)
         )

@@ -89,6 +89,7 @@ def test_status_subresource_columns_and_short_name() -> None:
         "Market",
         "Nodes",
         "Cost",
+        "ETA",
         "Age",
     ]
     assert gpujob_crd()["spec"]["names"]["shortNames"] == ["gj"]

@@ -1,0 +1,26 @@
+"""What running jobs will still cost: the forecast's cost to finish at the current market, per job.
+
+The cost report adds it to the row of each running job's open segment (its current GPU type, market,
+user and team) as the projected spend; finished jobs project what they cost.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from orchestrator.state.forecast import forecast
+from orchestrator.state.state_rows import load_state
+from orchestrator.state.status import JobStatus
+from orchestrator.state.store import JobStore
+
+
+def costs_to_finish(store: JobStore, now: datetime) -> dict[str, float]:
+    """Job id -> USD to finish at the current market, for every running job with a forecast."""
+    found: dict[str, float] = {}
+    for job in store.list_jobs():
+        if job.status is not JobStatus.RUNNING:
+            continue
+        predicted = forecast(load_state(store, job.id), now)
+        if predicted is not None:
+            found[job.id] = predicted.cost_to_finish_usd
+    return found
