@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -93,6 +94,8 @@ class Alert:
     kind: str
     message: str
     episode: datetime | None = None
+    evidence: Mapping[str, float | int | str] | None = None
+    """The numbers behind the message, for notifications' ``evidence``."""
 
 
 @dataclass(frozen=True)

@@ -180,7 +180,7 @@ def _apply_one(c: _Changes, action: act.Action, job_id: str, alive: Sequence[str
     elif isinstance(action, act.RecordEvent):
         c.events.append(Event(action.kind, action.message))
     elif isinstance(action, act.Alert):
-        c.events.append(Event(action.kind, action.message))
+        c.events.append(Event(action.kind, action.message, evidence=action.evidence))
         c.state = s.model_copy(
             update={"watch": s.watch.model_copy(update=_episode(action.kind, action.episode, True))}
         )

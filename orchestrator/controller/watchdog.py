@@ -29,7 +29,7 @@ from orchestrator.controller.actions import (
     Transition,
 )
 from orchestrator.spec import WatchdogAction, parse_duration
-from orchestrator.state.forecast import forecast_from
+from orchestrator.state.forecast import Forecast, forecast_from
 from orchestrator.state.status import FailureReason, JobStatus
 from orchestrator.state.watch import IDLE_UTIL_PCT
 
@@ -130,7 +130,8 @@ def _risks(view: JobView) -> list[Action]:
             Alert("budget_at_risk", f"forecast: {found.projected_cost_usd:.2f} USD to finish, over the "
                   f"{found.budget_usd:.2f} USD budget (spent {found.spent_usd:.2f}, {found.cost_to_finish_usd:.2f} "
                   f"more at {found.hourly_usd:.2f} USD/h for {_span(found.eta_seconds)} at "
-                  f"{found.steps_per_second:.3g} steps/s, step {found.step} of {found.total_steps})")
+                  f"{found.steps_per_second:.3g} steps/s, step {found.step} of {found.total_steps})",
+                  evidence=_forecast_evidence(found))
         )  # fmt: skip
     elif (
         watch.budget_at_risk
@@ -144,7 +145,7 @@ def _risks(view: JobView) -> list[Action]:
         actions.append(
             Alert("deadline_at_risk", f"forecast: finishes {found.finish_at:%Y-%m-%d %H:%M} UTC, {_span(late)} "
                   f"after the deadline {deadline:%Y-%m-%d %H:%M} UTC (step {found.step} of {found.total_steps} "
-                  f"at {found.steps_per_second:.3g} steps/s)")
+                  f"at {found.steps_per_second:.3g} steps/s)", evidence=_forecast_evidence(found))
         )  # fmt: skip
     elif deadline is not None and watch.deadline_at_risk:
         spare = timedelta(seconds=(1 - RISK_CLEARS_AT) * max(0.0, (deadline - view.now).total_seconds()))
@@ -163,3 +164,20 @@ def _span(seconds: float) -> str:
 
 
 __all__ = ["MIN_STALL_AFTER_S", "stall_after_s", "watch_actions"]
+
+
+def _forecast_evidence(found: Forecast) -> dict[str, float | int | str]:
+    """The forecast's numbers behind a risk alert (a notification's ``evidence``)."""
+    evidence: dict[str, float | int | str] = {
+        "step": found.step,
+        "total_steps": found.total_steps,
+        "steps_per_second": round(found.steps_per_second, 6),
+        "finish_at": found.finish_at.isoformat(),
+        "spent_usd": round(found.spent_usd, 4),
+        "projected_cost_usd": round(found.projected_cost_usd, 4),
+    }
+    if found.budget_usd is not None:
+        evidence["budget_usd"] = found.budget_usd
+    if found.deadline is not None:
+        evidence["deadline"] = found.deadline.isoformat()
+    return evidence

@@ -96,14 +96,20 @@ def test_budget_thresholds_notify_once_each_across_restarts(tmp_path: Path, webh
         if store.job(job_id).status.terminal:
             break
     deliver_all(Controller(store, world, retry=FAST))
-    bodies = webhook.wait_for(4)
-    assert [(b["event"], b["evidence"].get("percent")) for b in bodies] == [
+    bodies = webhook.wait_for(5)
+    # The forecast warns first (budget_at_risk, on the budget topic), then each share once.
+    assert [(b["event"], b["kind"], b["evidence"].get("percent")) for b in bodies][:1] == [
+        ("budget", "budget_at_risk", None)
+    ]
+    assert [(b["event"], b["evidence"].get("percent")) for b in bodies[1:]] == [
         ("budget", 50),
         ("budget", 80),
         ("budget", 100),
         ("failed", None),
     ]
-    assert bodies[0]["evidence"]["budget_usd"] == 0.05 and bodies[0]["evidence"]["spent_usd"] >= 0.025
+    risk = bodies[0]["evidence"]
+    assert risk["budget_usd"] == 0.05 and risk["projected_cost_usd"] > 0.05 > risk["spent_usd"]
+    assert bodies[1]["evidence"]["budget_usd"] == 0.05 and bodies[1]["evidence"]["spent_usd"] >= 0.025
     assert bodies[-1]["evidence"]["reason"] == "over_budget"
     assert [e.kind for e in store.events(job_id)].count("budget") == 3
 
