@@ -9,7 +9,11 @@ windows it has not taken yet to running totals kept in the GPUJob's status. Stat
 - ``gpuUsage``: the aggregate, the same fields as ``gpu_usage`` of a local job (``gpuctl status``);
 - ``gpuUsageTotals``: the running sums it follows from (:class:`~orchestrator.state.gpu_usage.UsageTotals`);
 - ``gpuMonitors``: per monitor (pod name and uid) the end time of the last window taken;
-- ``gpuMonitorMessage``: why a monitor measures nothing (e.g. no NVML on the node), once one said so.
+- ``gpuMonitorMessage``: why a monitor measures nothing (e.g. no NVML on the node), once one said so;
+- ``gpuActivity``: when the job's GPUs were last measured and last busy (``measuredUntil``,
+  ``busyUntil``, epoch seconds; ``utilPct`` of the newest window), for the idle watchdog
+  (:func:`gpu_activity`), as :meth:`UsageStore.activity <orchestrator.state.usage.UsageStore.activity>`
+  gives it on the other backends.
 
 Nothing counts twice: a window counts only if it ends after its monitor's last taken window, and the
 totals and those end times are written in one status patch. A restarted operator, or one whose patch
@@ -26,7 +30,7 @@ import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from orchestrator.backends.kubernetes import client
@@ -40,6 +44,7 @@ from orchestrator.state.gpu_usage import (
     unavailable_message,
     usage_window,
 )
+from orchestrator.state.watch import IDLE_UTIL_PCT, GpuActivity
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +52,7 @@ CLOCK_SKEW_MARGIN_S = 60
 """Extra seconds of log read before the last taken window's end (node and operator clocks differ)."""
 LOGGED_PHASES = frozenset({"Running", "Succeeded", "Failed"})
 """Pod phases whose containers have started, so a log exists."""
-STATUS_KEYS = ("gpuUsage", "gpuUsageTotals", "gpuMonitors", "gpuMonitorMessage")
+STATUS_KEYS = ("gpuUsage", "gpuUsageTotals", "gpuMonitors", "gpuMonitorMessage", "gpuActivity")
 
 
 def monitor_key(pod: Mapping[str, Any]) -> str:
@@ -71,6 +76,8 @@ class MonitorLedger:
     totals: UsageTotals = field(default_factory=UsageTotals)
     last_ends: dict[str, float] = field(default_factory=dict)
     message: str | None = None
+    activity: dict[str, float] = field(default_factory=dict)
+    """``measuredUntil``, ``busyUntil`` (absent: never busy) and ``utilPct`` (see ``gpuActivity``)."""
 
     @classmethod
     def from_status(cls, status: Mapping[str, Any]) -> MonitorLedger:
@@ -84,7 +91,13 @@ class MonitorLedger:
             log.warning("GPU usage in the GPUJob status is unreadable (%s); counting starts over", exc)
             totals, last_ends = UsageTotals(), {}
         message = status.get("gpuMonitorMessage")
-        return cls(totals, last_ends, str(message) if message else None)
+        activity = status.get("gpuActivity")
+        kept = (
+            {k: float(v) for k, v in activity.items() if isinstance(v, int | float)}
+            if isinstance(activity, Mapping)
+            else {}
+        )
+        return cls(totals, last_ends, str(message) if message else None, kept)
 
     def take(self, monitor: str, log_text: str) -> int:
         """Add the windows of ``log_text`` that end after this monitor's last taken one; returns how many."""
@@ -110,8 +123,18 @@ class MonitorLedger:
                 self.totals.monitors += 1
             self.totals.add(window)
             self.last_ends[monitor] = last_end = end
+            self._note_activity(end, window.util_mean_pct)
             taken += 1
         return taken
+
+    def _note_activity(self, end: float, util_pct: float) -> None:
+        newest = self.activity.get("measuredUntil")
+        if newest is None or end > newest:
+            self.activity.update(measuredUntil=end, utilPct=util_pct)
+        elif end == newest:  # the same instant on another node: the highest counts
+            self.activity["utilPct"] = max(self.activity.get("utilPct", 0.0), util_pct)
+        if util_pct >= IDLE_UTIL_PCT and end > self.activity.get("busyUntil", -math.inf):
+            self.activity["busyUntil"] = end
 
     def keep_only(self, monitors: set[str]) -> None:
         """Forget the last window ends of monitors whose pods are gone (their windows stay counted)."""
@@ -131,7 +154,22 @@ class MonitorLedger:
             ]
         if self.message is not None:
             fields["gpuMonitorMessage"] = self.message
+        if self.activity:
+            fields["gpuActivity"] = dict(self.activity)
         return fields
+
+
+def gpu_activity(status: Mapping[str, Any]) -> GpuActivity | None:
+    """What the taken windows say of the job's GPUs lately (for the idle watchdog); None before any."""
+    activity = MonitorLedger.from_status(status).activity
+    if "measuredUntil" not in activity:
+        return None
+    busy = activity.get("busyUntil")
+    return GpuActivity(
+        measured_until=datetime.fromtimestamp(activity["measuredUntil"], UTC),
+        busy_until=datetime.fromtimestamp(busy, UTC) if busy is not None else None,
+        util_pct=activity.get("utilPct", 0.0),
+    )
 
 
 def read_monitor_logs(

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from operators.kubernetes.gpu_usage import gpu_activity
 from operators.kubernetes.progress import progress_of
 from operators.kubernetes.spot_market import (
     ZONE_HISTORY_KEY,
@@ -50,6 +51,7 @@ from orchestrator.spec import JobSpec, MarketMode, parse_deadline
 from orchestrator.state.forecast import Forecast, forecast
 from orchestrator.state.job_state import STATUS_KEYS, JobEvent, JobState, NodeLaunch, NodeState
 from orchestrator.state.status import FailureReason, JobStatus
+from orchestrator.state.watch import GpuActivity
 
 MAX_PASSES = 4
 """Pure transitions (PENDING -> PLACING -> LAUNCHING) are chained within one operator pass."""
@@ -211,6 +213,7 @@ def build_view(
     market: MarketView | None = None,
     shortage: bool = False,
     progress: Progress | None = None,
+    gpu: GpuActivity | None = None,
 ) -> JobView:
     """What reconcile sees. ``market``: every allowed zone (:mod:`operators.kubernetes.spot_market`),
     else one zone made of ``candidates``; ``shortage``: see :func:`observe`. ``progress``: the newest
@@ -270,6 +273,7 @@ def build_view(
         segments=state.segments,
         watch=state.watch,
         waiting=state.waiting,
+        gpu=gpu if state.status is JobStatus.RUNNING else None,
     )
 
 
@@ -334,6 +338,7 @@ def step(
             market,
             shortage,
             progress,
+            gpu_activity(status),
         )
         planned = reconcile_and_explain(view)
         if not planned:

@@ -181,6 +181,15 @@ def gpu_usage_schemas() -> dict[str, Any]:
             },
         },
         "gpuMonitorMessage": {"type": "string", "description": "why a monitor measures nothing"},
+        "gpuActivity": {
+            "type": "object",
+            "description": "when the GPUs were last measured and last busy (epoch seconds), for the idle watchdog",
+            "properties": {
+                "measuredUntil": {"type": "number"},
+                "busyUntil": {"type": "number"},
+                "utilPct": {"type": "number"},
+            },
+        },
     }
 
 

@@ -112,7 +112,7 @@ def test_status_fields_fit_the_crd_schema(lines: list[str]) -> None:
     ledger = MonitorLedger(message="GPU monitor: x; utilization not measured")
     ledger.take("p-n0/u1", "".join(lines))
     status = ledger.status_fields()
-    assert set(status) == {"gpuUsage", "gpuUsageTotals", "gpuMonitors", "gpuMonitorMessage"}
+    assert set(status) == {"gpuUsage", "gpuUsageTotals", "gpuMonitors", "gpuMonitorMessage", "gpuActivity"}
     schema = gpujob_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
     jsonschema.Draft4Validator(schema).validate(status)
     assert _undeclared(status, schema, "status") == []

@@ -3,14 +3,17 @@ a GPUJob's status gets ``forecast`` (the ETA column), ``stalled`` Events and a `
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from typing import Any
 
 import jsonschema
 import pytest
 
+from operators.kubernetes.gpu_usage import collect_gpu_usage, monitor_key
 from orchestrator.backends.kubernetes.crd import status_openapi_schema
 from orchestrator.cli.status_document import kubernetes_document, status_json_schema
+from orchestrator.state.gpu_usage import WINDOW_KIND
 from tests.operators.kubernetes.test_kube_step import T0, condition, job, pod, pruned, run, running
 
 
@@ -74,3 +77,31 @@ def test_an_unschedulable_gpujob_says_why_in_its_waiting_condition() -> None:
     started = run(job(1), waiting.status, [pod("j-n0", 1)], timedelta(seconds=60))
     assert started.status["state"] == "RUNNING"
     assert condition(started.status, "Waiting")["status"] == "False"
+
+
+def _window(end_s: float, util_pct: float) -> str:
+    """One window summary line as the monitor sidecar prints it (60 s, one GPU)."""
+    start = (T0 + timedelta(seconds=end_s - 60)).timestamp()
+    record = {"kind": WINDOW_KIND, "start": start, "end": start + 60, "duration_s": 60, "gpus": 1,
+              "util_mean_pct": util_pct, "util_p95_pct": util_pct, "util_max_pct": util_pct,
+              "mem_used_max_bytes": 1, "mem_total_bytes": 2, "idle_seconds": 0}  # fmt: skip
+    return json.dumps(record) + "\n"
+
+
+def test_a_gpujob_whose_gpus_idle_raises_one_idle_event_from_the_sidecars_windows() -> None:
+    spec = job(1, watchdog={"idle_after": "5m"})
+    running_pod = pod("j-n0", 1)
+    status = running(spec, 1)
+    busy = "".join(_window(s, 80.0) for s in (60, 120))
+    quiet = "".join(_window(s, 1.0) for s in range(180, 420, 60))  # under 5 % from 120 s on
+    status, _ = collect_gpu_usage(status, [running_pod], {monitor_key(running_pod): busy + quiet})
+    assert status["gpuActivity"]["busyUntil"] == (T0 + timedelta(seconds=120)).timestamp()
+    early = run(spec, {**status, "progress": _progress(40, 400)}, [running_pod], timedelta(seconds=400))
+    assert not [e for e in early.events if e.startswith("idle")]  # idle 240 s of the 300: not yet
+    later, _ = collect_gpu_usage(early.status, [running_pod], {monitor_key(running_pod): _window(480, 1.0)})
+    d = run(spec, {**later, "progress": _progress(50, 480)}, [running_pod], timedelta(seconds=480))
+    (event,) = [e for e in d.events if e.startswith("idle")]
+    assert "under 5 % utilization for 6.0 min" in event
+    again = run(spec, {**d.status, "progress": _progress(60, 540)}, [running_pod], timedelta(seconds=540))
+    assert not [e for e in again.events if e.startswith("idle")]  # once per episode
+    assert pruned(again.status, status_openapi_schema()) == []
