@@ -127,6 +127,12 @@ class KubeApi:
         )
         return obj
 
+    async def jobs(self) -> list[dict[str, Any]]:
+        listing = await self.call(
+            self.custom.list_namespaced_custom_object, GROUP, VERSION, self.namespace, PLURAL
+        )
+        return list(listing.get("items") or [])
+
     async def create_job(self, body: dict[str, Any]) -> None:
         await self.call(
             self.custom.create_namespaced_custom_object, GROUP, VERSION, self.namespace, PLURAL, body

@@ -24,7 +24,8 @@ Not modelled: a node provisioner's latency (nodes appear at the tick the trace s
 
 Time is the cluster's clock: a :class:`~orchestrator.testing.FakeClock` that :meth:`advance` moves, so
 a test plays a trace in as many passes as it needs, not in wall-clock time. Give the operator the same
-clock (:meth:`operator_clock`), which also counts its passes for :meth:`operator_passes`. ::
+clock (:meth:`operator_clock`); :meth:`operator_passes` waits for its passes (it counts the reads of
+each GPUJob). ::
 
     from operators.kubernetes import handlers
 
@@ -54,6 +55,7 @@ from orchestrator.backends.kubernetes.config import (
     ZONE_LABEL,
     KubeConfig,
 )
+from orchestrator.backends.kubernetes.crd import PLURAL
 from orchestrator.backends.kubernetes.manifests import MONITOR, TRAINER
 from orchestrator.contract import PROGRESS_LINE_PREFIX
 from orchestrator.policies.traces import AvailabilityTrace
@@ -112,8 +114,6 @@ class SimulatedKubeCluster(KubeApi):
         self.notice_s = notice_s
         self.labels = (config or KubeConfig()).capacity_labels()
         self.started_at = self.clock.now()
-        self.passes = 0
-        """Reconcile passes the operator started with :meth:`operator_clock`."""
         self.reclaiming: dict[str, datetime] = {}
         """Spot node -> when it and its pods are deleted."""
         self.history: list[tuple[datetime, str, str]] = []
@@ -130,20 +130,26 @@ class SimulatedKubeCluster(KubeApi):
 
     # --- time ------------------------------------------------------------------------------------
     def operator_clock(self) -> datetime:
-        """The operator's clock (set ``operators.kubernetes.handlers.clock`` to it): the cluster's
-        time; each call is one reconcile pass beginning."""
-        self.passes += 1
+        """The operator's clock: set ``operators.kubernetes.handlers.clock`` to it."""
         return self.clock.now()
 
+    def job_reads(self, name: str) -> int:
+        """How often GPUJob ``name`` was read: each reconcile pass begins with one read."""
+        path = f"/{PLURAL}/{name}"
+        return sum(r.method == "GET" and r.url.path.endswith(path) for r in list(self.emulator))
+
     async def operator_passes(self, count: int = 2, timeout: float = DEFAULT_TIMEOUT_S) -> None:
-        """Wait until the operator began ``count`` more reconcile passes. The operator reconciles a job
-        one pass at a time, so with one job, two passes begun means one whole pass saw the present."""
-        target = self.passes + count
+        """Wait until the operator began ``count`` more reconcile passes of every GPUJob of the
+        namespace. It reconciles a job one pass at a time, so two passes begun means that one whole
+        pass saw the present. (Do not read the GPUJobs meanwhile: reads are what is counted.)"""
+        names = [str(j["metadata"]["name"]) for j in await self.jobs()]
+        targets = {name: self.job_reads(name) + count for name in names}
 
         async def done() -> bool:
-            return self.passes >= target
+            present = {str(j["metadata"]["name"]) for j in await self.jobs()}
+            return all(self.job_reads(n) >= target for n, target in targets.items() if n in present)
 
-        await self.wait_for(f"{count} operator passes", done, timeout)
+        await self.wait_for(f"{count} operator passes of {', '.join(names) or 'no job'}", done, timeout)
 
     def tick(self) -> int:
         """The trace's tick now."""
@@ -162,23 +168,33 @@ class SimulatedKubeCluster(KubeApi):
         await self.apply_trace()
         await self.schedule()
 
-    async def settle(self, passes: int = 2, rounds: int = 8) -> None:
-        """Let the operator and the scheduler answer each other at this time until the pods stop
-        changing: the operator's passes, then a scheduling round, again while anything changed."""
+    async def settle(self, rounds: int = 8) -> None:
+        """Let the operator and the scheduler answer each other at this time until nothing changes: a
+        whole operator pass of every GPUJob, then a scheduling round, again while the pods or the
+        GPUJobs' statuses changed (the operator decides the same on the same inputs, so a pass that
+        changed nothing means the next one will not either)."""
         for _ in range(rounds):
-            before = _snapshot(await self.pods())
-            await self.operator_passes(passes)
+            before = await self.snapshot()
+            await self.operator_passes(2)
             bound = await self.schedule()
-            if not bound and _snapshot(await self.pods()) == before:
+            if not bound and await self.snapshot() == before:
                 return
         raise AssertionError(f"the operator and the scheduler did not settle in {rounds} rounds")
 
+    async def snapshot(self) -> str:
+        """The pods (name, attempt, node, phase) and the GPUJobs' statuses, comparable."""
+        jobs = {str(j["metadata"]["name"]): j.get("status") for j in await self.jobs()}
+        return json.dumps([_snapshot(await self.pods()), jobs], sort_keys=True, default=str)
+
     # --- nodes -----------------------------------------------------------------------------------
-    async def add_node(self, name: str, zone: str, spot: bool, gpus: int | None = None) -> None:
+    async def add_node(
+        self, name: str, zone: str, spot: bool, gpus: int | None = None, product: str | None = None
+    ) -> None:
+        """A node (``gpus`` and ``product``: the shape's unless given)."""
         labels = {
             ZONE_LABEL: zone,
             REGION_LABEL: self.shape.region,
-            GPU_PRODUCT_LABEL: self.shape.gpu_product,
+            GPU_PRODUCT_LABEL: product or self.shape.gpu_product,
             "kubernetes.io/hostname": name,
         }
         if self.shape.cloud in DEFAULT_ZONE_LABELS:
