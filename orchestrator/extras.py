@@ -23,6 +23,7 @@ EXTRA_OF_MODULE: dict[str, tuple[str, str]] = {
     "kubernetes": ("kubernetes", "kubernetes"),
     "kopf": ("kopf", "kubernetes"),
     "sklearn": ("scikit-learn", "examples"),
+    "kmock": ("kmock", "testing"),
 }
 
 

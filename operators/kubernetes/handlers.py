@@ -17,6 +17,7 @@ import json
 import os
 import threading
 from collections import defaultdict
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -32,6 +33,15 @@ INTERVAL_S = float(os.environ.get("GPUCTL_RECONCILE_INTERVAL_S", "10"))
 FINALIZER = "gpuctl.dev/cleanup"
 _locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
 """One reconcile at a time per job (create and timer handlers may otherwise overlap)."""
+
+
+def wall_clock() -> datetime:
+    return datetime.now(UTC)
+
+
+clock: Callable[[], datetime] = wall_clock
+"""The operator's time, read once per reconcile pass, inside the job's lock. Tests set a simulated
+cluster's clock here (:meth:`orchestrator.testing.kube_cluster.SimulatedKubeCluster.operator_clock`)."""
 
 
 def load_config() -> KubeConfig:
@@ -73,7 +83,7 @@ def event_reason(message: str) -> str:
 
 def _reconcile(name: str, namespace: str, body: Any, logger: Any) -> None:
     with _locks[(namespace, name)]:
-        decision = reconcile_job(name, namespace, load_config(), datetime.now(UTC), _api())
+        decision = reconcile_job(name, namespace, load_config(), clock(), _api())
     if decision is not None:
         metrics.record(namespace, name, decision.status)
         notify.send_later(decision.notifications, body.get("spec") or {}, namespace, datetime.now(UTC))

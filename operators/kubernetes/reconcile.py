@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from operators.kubernetes.admission import admission_refusal, first_sight, refused_status
 from operators.kubernetes.gpu_usage import collect_gpu_usage, read_monitor_logs
 from operators.kubernetes.progress import with_progress
+from operators.kubernetes.rightsize import measurements, same_job, sized_spec, with_throughput
 from operators.kubernetes.step import (
     Decision,
     being_deleted,
@@ -47,7 +48,9 @@ from orchestrator.backends.kubernetes.manifests import (
 from orchestrator.controller import engine
 from orchestrator.controller.placement import Candidates, catalog_candidates
 from orchestrator.errors import NotFoundError, SpecError, UserError
+from orchestrator.policies import GpuMeasurement
 from orchestrator.spec import JobSpec
+from orchestrator.spec import RightSize as RightSizeMode
 from orchestrator.spec.model import NAME_PATTERN
 from orchestrator.state.job_state import JobState, NodeLaunch
 from orchestrator.state.status import FailureReason, JobStatus
@@ -134,7 +137,8 @@ def reconcile_job(
     try:
         spec = job_spec(name, namespace, body.get("spec") or {})
         refused = admission_refusal(spec, namespace, now, api) if first_sight(status) else None
-        candidates = _candidates(spec) if refused is None else Candidates({}, None)
+        placed = sized_spec(spec, load_state(status, name))  # right-size (auto) picked its GPU type
+        candidates = _candidates(placed) if refused is None else Candidates({}, None)
     except UserError as err:  # the job's own data: FAILED once; API errors propagate and kopf retries
         return _fail(name, namespace, status, str(FailureReason.INVALID_SPEC), err.message, now, api)
     if refused is not None:  # refused at admission: FAILED once, one event; never looked at again
@@ -144,7 +148,7 @@ def reconcile_job(
     owner = Owner(name=name, uid=str(body["metadata"].get("uid", "")))
     pods = client.list_job_pods(name, namespace, api, owner.uid)  # only this GPUJob's pods, ever
     nodes = client.list_node_names(api)
-    pods_host = _Pods(spec, owner, namespace, config, api)
+    pods_host = _Pods(placed, owner, namespace, config, api)
     try:
         # (a) what a crash interrupted
         state, acted = pods_host.finish_interrupted(load_state(status, name), pods)
@@ -152,11 +156,12 @@ def reconcile_job(
             pods = client.list_job_pods(name, namespace, api, owner.uid)
         # (b, c) observe (the monitors' logs, read once: training progress and GPU use) and decide
         logs = read_monitor_logs(status, pods, namespace, now, api)
-        seen = with_progress(with_state(status, state), logs.values())
+        seen = with_throughput(with_progress(with_state(status, state), logs.values()), state)
+        measured = _measured(spec, seen, state, name, namespace, api)
         decision = step(
             spec, seen, pods, nodes, candidates, name, _created_at(body, now), now,
-            config.regrow_after_s, config.spot_shortage_after_s,
-        )
+            config.regrow_after_s, config.spot_shortage_after_s, measured,
+        )  # fmt: skip
         # The monitors' windows up to now, in the same status patch (the pods of an ending job are still listed).
         written, usage_events = collect_gpu_usage({**decision.status, "user": spec.user}, pods, logs)
         # (d) the status first
@@ -167,6 +172,23 @@ def reconcile_job(
     except UserError as err:  # a pod rejected, or its name taken by another: retrying cannot help
         return _fail_launch(name, namespace, pods_host, err.message, now)
     return replace(decision, status=written, events=decision.events + usage_events)
+
+
+def _measured(
+    spec: JobSpec, status: Mapping[str, Any], state: JobState, name: str, namespace: str, api: Any | None
+) -> tuple[GpuMeasurement, ...]:
+    """What this job's runs measured per GPU type, this GPUJob's and those of the namespace's other
+    GPUJobs of the same name and team; read only when right-size is on and the job may be placed in
+    this pass (not while it launches or runs: right-size acts when a job is placed, as locally)."""
+    settled = state.status in (JobStatus.LAUNCHING, JobStatus.RUNNING) or state.status.terminal
+    if spec.policies.right_size is RightSizeMode.OFF or settled:
+        return ()
+    others = [
+        dict(job.get("status") or {})
+        for job in client.list_gpujobs(namespace, api)
+        if (job.get("metadata") or {}).get("name") != name and same_job(spec, job)
+    ]
+    return measurements([status, *others])
 
 
 class _Pods:

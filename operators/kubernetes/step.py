@@ -47,6 +47,7 @@ from orchestrator.controller.market_choice import JobClock, MarketView
 from orchestrator.controller.placement import Candidates
 from orchestrator.controller.reconcile import JobView, reconcile_and_explain
 from orchestrator.notify import JobRef, Notification, notifications_for
+from orchestrator.policies import GpuMeasurement
 from orchestrator.spec import JobSpec, MarketMode, parse_deadline
 from orchestrator.state.forecast import Forecast, forecast
 from orchestrator.state.job_state import STATUS_KEYS, JobEvent, JobState, NodeLaunch, NodeState
@@ -214,11 +215,13 @@ def build_view(
     shortage: bool = False,
     progress: Progress | None = None,
     gpu: GpuActivity | None = None,
+    measurements: tuple[GpuMeasurement, ...] = (),
 ) -> JobView:
     """What reconcile sees. ``market``: every allowed zone (:mod:`operators.kubernetes.spot_market`),
     else one zone made of ``candidates``; ``shortage``: see :func:`observe`. ``progress``: the newest
     training progress (``status.progress``); None when no progress line was ever seen (an image
-    without gpuctl's runtime): all pods running stands in."""
+    without gpuctl's runtime): all pods running stands in. ``measurements``: what runs of the job measured
+    per GPU type (:mod:`operators.kubernetes.rightsize`), for right-size."""
     nodes = observe(state, pods, existing_nodes, shortage)
     alive = [n for n in nodes if not n.phase.ended]
     all_running = bool(alive) and all(n.phase is NodePhase.RUNNING for n in alive)
@@ -267,6 +270,8 @@ def build_view(
         spot=candidates[0],
         on_demand=candidates[1],
         market=market,
+        measurements=measurements,
+        right_size_pick=state.right_size.gpu_type if state.right_size else None,
         cost_usd=state.cost_usd(now),
         restarts=state.restarts,
         preemptions=state.preemptions,
@@ -289,12 +294,14 @@ def step(
     now: datetime,
     regrow_after_s: float = 600.0,
     shortage_after_s: float = 600.0,
+    measurements: tuple[GpuMeasurement, ...] = (),
 ) -> Decision:
     """Reconcile, then :func:`engine.apply`, until the job asks for nothing but pure transitions.
 
     ``candidates``: the spot placement of each allowed zone and the on-demand one (a pair: one zone);
     a spot attempt whose pods all stayed unschedulable longer than ``shortage_after_s`` marks its zone
-    short of spot for ``regrow_after_s`` (:mod:`operators.kubernetes.spot_market`)."""
+    short of spot for ``regrow_after_s`` (:mod:`operators.kubernetes.spot_market`). ``measurements``:
+    for right-size (:mod:`operators.kubernetes.rightsize`)."""
     loaded = load_state(status, job)
     progress = progress_of(status)
     found = as_candidates(candidates)
@@ -339,6 +346,7 @@ def step(
             shortage,
             progress,
             gpu_activity(status),
+            measurements,
         )
         planned = reconcile_and_explain(view)
         if not planned:

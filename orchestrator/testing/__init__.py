@@ -5,13 +5,37 @@
   scripted market events (reclaims with a notice, lost nodes, failing training).
 - :class:`CrashPlan`, :class:`CrashingStore`, :class:`CrashingBackend`, :class:`ControllerCrash`: the
   controller dies at chosen write→effect boundaries, for crash-safety tests without sleeps.
+- :class:`FakeNvml`, :class:`FakeGpu`: the part of pynvml the GPU monitor calls, with GPUs whose
+  readings a test sets.
+- :class:`~orchestrator.testing.kube_cluster.SimulatedKubeCluster` (and its API server,
+  :class:`~orchestrator.testing.kube_api.KubeApi`): a Kubernetes cluster on kmock with GPU nodes that
+  follow a spot trace, a scheduler and spot reclaims, for the operator. It needs the ``testing`` extra
+  (kmock, kopf, kubernetes), so it is imported on first use: ``from orchestrator.testing import
+  SimulatedKubeCluster`` without it says which extra to install.
 
-The NVML fake is ``tests/monitor`` 's for now; a simulated Kubernetes cluster is not here yet.
+docs/testing.md shows how to write a test with each.
 """
+
+import importlib
+from typing import Any
 
 from orchestrator.testing.backend import SIM_ON_DEMAND, SIM_SPOT, SimScript, SimulatedBackend
 from orchestrator.testing.clock import FakeClock
 from orchestrator.testing.crashes import ControllerCrash, CrashingBackend, CrashingStore, CrashPlan
+from orchestrator.testing.nvml import FakeGpu, FakeNvml, FakeNVMLError
+
+_KUBE = {"KubeApi": "kube_api", "FakePodLogs": "pod_logs", "NodeShape": "kube_cluster",
+         "SimulatedKubeCluster": "kube_cluster"}  # fmt: skip
+"""Names of the kmock-backed part, imported when first asked for (they need the ``testing`` extra; not
+in ``__all__``, so that ``import *`` works in a base install). Import them from their modules for types."""
+
+
+def __getattr__(name: str) -> Any:
+    module = _KUBE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'orchestrator.testing' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"orchestrator.testing.{module}"), name)
+
 
 __all__ = [
     "SIM_ON_DEMAND",
@@ -21,6 +45,9 @@ __all__ = [
     "CrashingBackend",
     "CrashingStore",
     "FakeClock",
+    "FakeGpu",
+    "FakeNVMLError",
+    "FakeNvml",
     "SimScript",
     "SimulatedBackend",
 ]

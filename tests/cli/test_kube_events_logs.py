@@ -10,7 +10,6 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-import kmock
 import kubernetes.client as k8s
 import pytest
 import pytest_asyncio
@@ -18,23 +17,18 @@ import pytest_asyncio
 from orchestrator.backends.kubernetes import client
 from orchestrator.cli import kube_jobs
 from orchestrator.cli.main import main
+from orchestrator.testing.kube_api import KubeApi
+from orchestrator.testing.pod_logs import FakePodLogs
 from tests.cli.test_kube_jobs_cli import use_emulator
-from tests.operators.kubernetes.fake_pod_logs import FakePodLogs
 
-VERBS = {"list", "watch", "get", "create", "patch", "update", "delete"}
 K = ("--backend", "kubernetes", "--namespace", "ml")
 
 
 @pytest_asyncio.fixture
 async def pod_logs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakePodLogs]:
-    emulator = kmock.KubernetesEmulator()
-    for path, kind in [("v1/pods", "Pod"), ("v1/events", "Event"), ("gpuctl.dev/v1alpha1/gpujobs", "GPUJob")]:
-        emulator.resources[path] = kmock.ResourceInfo(kind=kind, namespaced=True, verbs=VERBS)
-    logs = FakePodLogs()
-    logs.install(emulator)
-    async with emulator, kmock.Server(emulator) as server:
-        use_emulator(tmp_path, str(server.url), monkeypatch)
-        yield logs
+    async with KubeApi(namespace="ml") as api:  # the testing kit's API emulator, with pod logs
+        use_emulator(tmp_path, api.url, monkeypatch)
+        yield api.logs
 
 
 def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:

@@ -11,7 +11,6 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import kmock
 import pytest
 import pytest_asyncio
 
@@ -19,10 +18,9 @@ from operators.kubernetes.gpu_usage import MonitorLedger
 from orchestrator.backends.kubernetes import client
 from orchestrator.cli.main import main
 from orchestrator.state.gpu_usage import NO_NVML_MESSAGE
+from orchestrator.testing.kube_api import KubeApi
 from tests.cli.test_gpu_usage_cli import window
 from tests.controller.test_admission import OVER_BUDGET_JOB
-
-VERBS = {"list", "watch", "get", "create", "patch", "update", "delete"}
 
 
 def use_emulator(tmp_path: Path, url: str, monkeypatch: pytest.MonkeyPatch) -> Path:
@@ -40,14 +38,8 @@ def use_emulator(tmp_path: Path, url: str, monkeypatch: pytest.MonkeyPatch) -> P
 
 @pytest_asyncio.fixture
 async def kubeconfig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Path]:
-    emulator = kmock.KubernetesEmulator()
-    emulator.resources["v1/pods"] = kmock.ResourceInfo(kind="Pod", namespaced=True, verbs=VERBS)
-    emulator.resources["gpuctl.dev/v1alpha1/gpujobs"] = kmock.ResourceInfo(
-        kind="GPUJob", namespaced=True, verbs=VERBS
-    )
-    async with emulator, kmock.Server(emulator) as server:
-        path = use_emulator(tmp_path, str(server.url), monkeypatch)
-        yield path
+    async with KubeApi(namespace="ml") as api:  # the testing kit's API emulator
+        yield use_emulator(tmp_path, api.url, monkeypatch)
 
 
 def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:

@@ -1,4 +1,5 @@
-"""The controller on the local backend makes the market decisions the simulator makes on the same trace.
+"""The controller makes the market decisions the simulator makes on the same trace, on the local backend
+and on Kubernetes (the real kopf operator on orchestrator.testing's simulated cluster): one engine.
 
 Two zones, played at 5 s a tick: zone 1 has spot for two ticks and then none; zone 2 has none until
 tick 8 and then keeps it. With 9 ticks of work and a deadline of 22 ticks, gpuctl's default policy
@@ -6,20 +7,39 @@ runs spot in zone 1, falls back to on-demand once the slack runs under its reser
 spot in zone 2 when it appears. The scenario was chosen so that the simulator's answer does not
 change when the changeover is twice as long or the work one tick longer or shorter: real launches
 on a busy 2-core machine are not exactly one tick.
+
+On Kubernetes the cluster's clock is a FakeClock the test moves a tick at a time, waiting for the
+operator's passes at each (no wall-clock pacing). Kubernetes does not say where spot capacity is: the
+operator learns that a zone has none when its spot pods stay unschedulable (``spot_shortage_after_s``),
+so it may try a zone the simulator knows is empty first. Those tries never get a node and cost nothing
+(the test checks that); one made from on-demand stops the on-demand run, which resumes once the try
+failed (the same decision again: merged). The attempts that ran are the simulator's decisions.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
+from operators.kubernetes.reconcile import job_spec
+from operators.kubernetes.step import iso
+from orchestrator.backends.kubernetes.crd import GROUP, VERSION
+from orchestrator.controller.driver import run_hours
 from orchestrator.policies import DEFAULT_POLICY, market_policy
 from orchestrator.policies.simulator import Launch, SimJob, simulate
 from orchestrator.policies.traces import AvailabilityTrace
+from orchestrator.state.job_state import JobState
+from orchestrator.state.status import JobStatus
+from orchestrator.testing import FakeClock
+from orchestrator.testing.kube_cluster import NodeShape, SimulatedKubeCluster
 from tests.controller.conftest import TINY, Gpuctl, write_job
+from tests.operators.kubernetes.operator_handlers import handlers
 
 TICK_S = 5.0
 GAP_S, SPEEDUP = 300, 60  # 300 s trace ticks played 60x faster: 5 s each
@@ -61,7 +81,14 @@ def test_the_scenario_is_robust_in_the_simulator() -> None:
 
 
 @pytest.mark.slow
-def test_controller_decides_as_the_simulator(gpuctl: Gpuctl, tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["local", "kubernetes"])
+def test_controller_decides_as_the_simulator(
+    backend: str, gpuctl: Gpuctl, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if backend == "kubernetes":
+        played = asyncio.run(_play_on_kubernetes(monkeypatch))
+        assert _kube_decisions(played) == _decisions(simulated_launches()), played
+        return
     files = []
     for zone, row in zip(ZONES, _traces(), strict=True):
         path = tmp_path / f"{zone}.json"
@@ -86,3 +113,80 @@ def test_controller_decides_as_the_simulator(gpuctl: Gpuctl, tmp_path: Path) -> 
         for _, s in sorted(first_of_attempt.items())
     ]
     assert controller == _decisions(simulated_launches()), doc["segments"]
+
+
+# --- the same scenario on Kubernetes: the real operator on the simulated cluster ------------------
+KUBE_SHORTAGE_AFTER_S = 2.0  # a spot pod unschedulable for longer: its zone is short (under a tick)
+KUBE_RETRY_AFTER_S = 6 * TICK_S  # a short zone is tried again this much later
+
+
+def _kube_job(now: datetime) -> dict[str, Any]:
+    spec = {
+        "command": "train.py",
+        "image": "example.com/train:1",
+        "resources": {"gpu_types": ["V100"], "gpus_per_node": 1, "nodes": 1},
+        "market": {"zones": list(ZONES), "changeover": f"{CHANGEOVER_TICKS * TICK_S:g}s"},
+        "goals": {"deadline": f"{DEADLINE_TICKS * TICK_S:g}s", "compute_hours": WORK_TICKS * TICK_S / 3600},
+        "checkpoint": {"notice_grace_seconds": 5},
+    }
+    meta = {"name": "parity", "namespace": "default", "uid": "uid-parity", "resourceVersion": "1"}
+    meta["creationTimestamp"] = iso(now)  # the cluster's (fake) time: the deadline counts from it
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "GPUJob", "metadata": meta, "spec": spec}
+
+
+async def _play_on_kubernetes(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """The trace played tick by tick on the simulated cluster; the job's pods exit once its work is
+    done (the time it held nodes, less a changeover per attempt, as the policy counts it). Returns
+    the GPUJob's final status."""
+    clock = FakeClock(datetime.now(UTC).replace(microsecond=0))
+    trace = AvailabilityTrace(ZONES, TICK_S / 3600, _traces())
+    shape = NodeShape(gpu_product="Tesla-V100-SXM2-16GB", gpus=1, region="us-east-1", cloud="aws")
+    config = {"spot_shortage_after_s": KUBE_SHORTAGE_AFTER_S, "regrow_after_s": KUBE_RETRY_AFTER_S}
+    monkeypatch.setenv("GPUCTL_OPERATOR_CONFIG", json.dumps(config))
+    monkeypatch.delenv("GPUCTL_PRICE_CATALOG", raising=False)  # the built-in catalog, as the local run
+    async with SimulatedKubeCluster(clock, trace, shape=shape, on_demand_nodes={ZONES[0]: 1}) as cluster:
+        monkeypatch.setenv("GPUCTL_KUBE_API_URL", cluster.url)
+        monkeypatch.setattr(handlers, "clock", cluster.operator_clock)
+        await cluster.start_operator()
+        body = _kube_job(clock.now())
+        spec = job_spec("parity", "default", body["spec"])
+        await cluster.create_job(body)
+        await cluster.settle()
+        for _ in range(2 * DEADLINE_TICKS):
+            await cluster.advance(TICK_S)
+            await cluster.settle()
+            status = (await cluster.job("parity"))["status"]
+            if JobStatus(status["state"]).terminal:
+                break
+            done_h = run_hours(JobState.from_status(status).segments, spec, clock.now())
+            if status["state"] == "RUNNING" and done_h >= WORK_TICKS * TICK_S / 3600:
+                assert await cluster.finish_pods("parity")
+        status = (await cluster.job("parity"))["status"]
+        assert status["state"] == "SUCCEEDED", (status, cluster.history)
+        return {"status": status, "history": cluster.history, "started": cluster.started_at}
+
+
+def _kube_decisions(played: dict[str, Any]) -> list[tuple[str, str | None]]:
+    """(market, zone) of each attempt that got nodes (one decision taken again after a failed try of
+    spot counts once). The other attempts (spot pods that stayed unschedulable) are checked here: free,
+    and in a zone the trace had no spot in at the time; and the job met its deadline."""
+    segments = JobState.from_status(played["status"]).segments
+    finished = max(s.ended_at or s.started_at for s in segments)
+    assert finished <= played["started"] + timedelta(seconds=DEADLINE_TICKS * TICK_S), segments
+    ran: dict[int, tuple[str, str | None]] = {}
+    for seg in segments:
+        if (seg.ended_at or seg.started_at) > seg.started_at:
+            where = seg.placement
+            ran.setdefault(seg.attempt, (where.market, where.zone if where.market == "spot" else None))
+    traces = _traces()
+    for seg in segments:
+        if seg.attempt in ran:
+            continue
+        assert seg.placement.market == "spot" and seg.ended_at == seg.started_at, (seg, played["history"])
+        tick = int((seg.started_at - played["started"]).total_seconds() / TICK_S)
+        assert traces[ZONES.index(seg.placement.zone), min(tick, traces.shape[1] - 1)] == 0, (
+            seg,
+            played["history"],
+        )
+    decisions = [ran[a] for a in sorted(ran)]
+    return [d for i, d in enumerate(decisions) if i == 0 or d != decisions[i - 1]]

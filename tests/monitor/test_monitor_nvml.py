@@ -5,13 +5,12 @@ from __future__ import annotations
 import ctypes
 import subprocess
 import sys
-from types import SimpleNamespace
-from typing import Any
 
 import pytest
 
 from orchestrator.errors import EnvironmentProblem
 from orchestrator.monitor.nvml_source import NvmlSource
+from orchestrator.testing import FakeGpu, FakeNvml
 
 
 def nvml_works() -> bool:
@@ -47,100 +46,8 @@ def test_cli_exits_non_zero_with_the_message() -> None:
     assert "Traceback" not in result.stderr
 
 
-class FakeNVMLError(Exception):
-    pass
-
-
-class FakeNvml:
-    """Just enough of pynvml: one GPU whose driver lacks the v2 memory call and clock-event reasons."""
-
-    NVMLError = FakeNVMLError
-    NVML_CLOCK_SM = 1
-    NVML_TEMPERATURE_GPU = 0
-    nvmlMemory_v2 = 0x02000028
-    NVML_GPM_METRICS_GET_VERSION = 1
-    NVML_GPM_METRIC_GRAPHICS_UTIL = 1
-    NVML_GPM_METRIC_SM_UTIL = 2
-    NVML_GPM_METRIC_SM_OCCUPANCY = 3
-
-    def __init__(self, gpm: bool) -> None:
-        self.gpm = gpm
-        self.calls: list[str] = []
-        self.shutdown = False
-
-    def nvmlInit(self) -> None: ...
-
-    def nvmlShutdown(self) -> None:
-        self.shutdown = True
-
-    def nvmlDeviceGetCount(self) -> int:
-        return 1
-
-    def nvmlDeviceGetHandleByIndex(self, index: int) -> str:
-        return f"handle-{index}"
-
-    def nvmlDeviceGetUUID(self, handle: str) -> bytes:
-        return b"GPU-fake-0"
-
-    def nvmlDeviceGetName(self, handle: str) -> str:
-        return "NVIDIA A100-SXM4-80GB"
-
-    def nvmlGpmQueryDeviceSupport(self, handle: str) -> Any:
-        if not self.gpm:
-            raise FakeNVMLError("Not Supported")
-        return SimpleNamespace(isSupportedDevice=1)
-
-    def nvmlGpmSampleAlloc(self) -> Any:
-        return SimpleNamespace(taken=0)
-
-    def nvmlGpmSampleGet(self, handle: str, sample: Any) -> Any:
-        sample.taken += 1
-        return sample
-
-    def nvmlGpmSampleFree(self, sample: Any) -> None: ...
-
-    def c_nvmlGpmMetricsGet_t(self) -> Any:
-        metrics = [SimpleNamespace(metricId=0, nvmlReturn=0, value=0.0) for _ in range(3)]
-        return SimpleNamespace(version=0, numMetrics=0, sample1=None, sample2=None, metrics=metrics)
-
-    def nvmlGpmMetricsGet(self, request: Any) -> Any:
-        values = {1: 90.0, 2: 75.0, 3: 30.0}
-        for metric in request.metrics:
-            metric.value = values[metric.metricId]
-        request.metrics[2].nvmlReturn = 3  # occupancy not supported on this GPU
-        return request
-
-    def nvmlDeviceGetMemoryInfo(self, handle: str, version: int | None = None) -> Any:
-        self.calls.append(f"memory v{2 if version else 1}")
-        if version:
-            raise FakeNVMLError("Function Not Found")
-        return SimpleNamespace(used=20 * 2**30, total=80 * 2**30, free=60 * 2**30)
-
-    def nvmlDeviceGetUtilizationRates(self, handle: str) -> Any:
-        return SimpleNamespace(gpu=88, memory=40)
-
-    def nvmlDeviceGetPowerUsage(self, handle: str) -> int:
-        return 312_500  # mW
-
-    def nvmlDeviceGetClockInfo(self, handle: str, clock: int) -> int:
-        assert clock == self.NVML_CLOCK_SM
-        return 1410
-
-    def nvmlDeviceGetTemperature(self, handle: str, sensor: int) -> int:
-        return 61
-
-    def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: str) -> int:
-        return 0x4
-
-    def nvmlDeviceGetComputeRunningProcesses(self, handle: str) -> list[Any]:
-        return [
-            SimpleNamespace(pid=123, usedGpuMemory=19 * 2**30),
-            SimpleNamespace(pid=124, usedGpuMemory=None),
-        ]
-
-
 def test_sample_mapping_units_and_fallbacks() -> None:
-    fake = FakeNvml(gpm=False)
+    fake = FakeNvml(gpm=False)  # the kit's default: one A100 whose driver lacks the v2 memory call
     source = NvmlSource(fake)  # type: ignore[arg-type]
     [first] = source.sample()
     [second] = source.sample()
@@ -156,7 +63,7 @@ def test_sample_mapping_units_and_fallbacks() -> None:
 
 
 def test_gpm_ratios_from_two_samples() -> None:
-    source = NvmlSource(FakeNvml(gpm=True))  # type: ignore[arg-type]
+    source = NvmlSource(FakeNvml([FakeGpu(gpm_sm_occupancy=None)], gpm=True))  # type: ignore[arg-type]
     [first] = source.sample()
     [second] = source.sample()
     assert first.gr_engine_active is None  # GPM needs a previous sample
@@ -183,14 +90,24 @@ def test_lost_gpu_is_a_temporary_error_and_the_monitor_keeps_going() -> None:
 
     fake = FakeNvml(gpm=False)
     source = NvmlSource(fake)  # type: ignore[arg-type]
-
-    def fell_off_the_bus(handle: str) -> Any:
-        raise FakeNVMLError("GPU is lost")
-
-    fake.nvmlDeviceGetUtilizationRates = fell_off_the_bus  # type: ignore[method-assign]
+    fake.lost.add(0)  # fell off the bus
     with pytest.raises(TemporaryError, match="NVML could not read GPU 0"):
         source.sample()
     logged: list[str] = []
     monitor = Monitor(source, GpuCollector(extra_labels={}), WindowAggregator(), None, logged.append)
     assert monitor.tick() and monitor.tick()
     assert monitor.failed_reads == 2 and len(logged) == 1
+
+
+def test_several_gpus_readings_that_change_and_no_driver() -> None:
+    gpus = [FakeGpu(util_pct=10.0), FakeGpu(name="NVIDIA H100 80GB HBM3", mem_used_gib=70.0)]
+    fake = FakeNvml(gpus, memory_v2=True, event_reasons=True)
+    source = NvmlSource(fake)  # type: ignore[arg-type]
+    first = source.sample()
+    assert [(s.gpu, s.uuid, s.util_pct) for s in first] == [(0, "GPU-fake-0", 10.0), (1, "GPU-fake-1", 88.0)]
+    assert first[1].model == "NVIDIA H100 80GB HBM3" and first[1].mem_used_bytes == 70 * 2**30
+    gpus[0].util_pct = 55.0
+    assert source.sample()[0].util_pct == 55.0
+    assert set(fake.calls) == {"memory v2"}  # a driver with the v2 call never needs v1
+    with pytest.raises(EnvironmentProblem, match="NVML is not available"):
+        NvmlSource(FakeNvml(available=False))  # type: ignore[arg-type]

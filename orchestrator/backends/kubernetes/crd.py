@@ -219,6 +219,35 @@ def zone_history_schema() -> dict[str, Any]:
     }
 
 
+def measurements_schema() -> dict[str, Any]:
+    """What the job's runs measured per GPU type, for right-size (operators/kubernetes/rightsize.py)."""
+    number = {"type": "number"}
+    per_type = {
+        "type": "object",
+        "properties": {
+            "steps": {"type": "integer", "description": "training steps measured"},
+            "gpuSeconds": {**number, "description": "GPU-seconds those steps took"},
+            "seconds": {**number, "description": "seconds of training measured"},
+        },
+    }
+    return {
+        "type": "object",
+        "description": "training throughput measured per GPU type (what right-size reads)",
+        "properties": {
+            "byGpuType": {"type": "object", "additionalProperties": per_type},
+            "last": {
+                "type": "object",
+                "description": "the progress record the next measurement starts from",
+                "properties": {
+                    "step": {"type": "integer"},
+                    "time": {"type": "string", "format": "date-time"},
+                    "attempt": {"type": "integer"},
+                },
+            },
+        },
+    }
+
+
 def progress_schema() -> dict[str, Any]:
     """``status.progress``: the newest training progress record (operators/kubernetes/progress.py)."""
     return {
@@ -307,6 +336,7 @@ def status_openapi_schema() -> dict[str, Any]:
             "forecast": forecast_schema(),
             **gpu_usage_schemas(),
             "zoneHistory": zone_history_schema(),
+            "gpuMeasurements": measurements_schema(),
         },
     }
 

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import os
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
@@ -13,119 +11,40 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import kubernetes.client as k8s
 import pytest
 import pytest_asyncio
 import yaml
 
-_saved_interval = os.environ.get("GPUCTL_RECONCILE_INTERVAL_S")
-os.environ["GPUCTL_RECONCILE_INTERVAL_S"] = "0.3"  # read when the handlers module is imported
-
-import kmock  # noqa: E402
-import kopf  # noqa: E402
-import kubernetes.client as k8s  # noqa: E402
-
-from operators.kubernetes import handlers  # noqa: E402  (importing registers the handlers)
-from operators.kubernetes.reconcile import reconcile_job  # noqa: E402
-from orchestrator.backends.kubernetes import client  # noqa: E402
-from orchestrator.backends.kubernetes.config import COST_CONFIG_ENV, KubeConfig  # noqa: E402
-from orchestrator.backends.kubernetes.crd import GROUP, PLURAL, VERSION  # noqa: E402
-from orchestrator.contract import PROGRESS_LINE_PREFIX  # noqa: E402
-from orchestrator.monitor.samples import read_sample_ticks  # noqa: E402
-from orchestrator.monitor.summary import WindowAggregator, unavailable_record  # noqa: E402
-from orchestrator.state.gpu_usage import NO_NVML_MESSAGE, aggregate, usage_window  # noqa: E402
-from tests.controller.test_admission import OVER_BUDGET_JOB  # noqa: E402
-from tests.operators.kubernetes.fake_pod_logs import FakePodLogs  # noqa: E402
-
-if _saved_interval is None:
-    os.environ.pop("GPUCTL_RECONCILE_INTERVAL_S")
-else:
-    os.environ["GPUCTL_RECONCILE_INTERVAL_S"] = _saved_interval
+from operators.kubernetes.reconcile import reconcile_job
+from orchestrator.backends.kubernetes import client
+from orchestrator.backends.kubernetes.config import COST_CONFIG_ENV, KubeConfig
+from orchestrator.backends.kubernetes.crd import GROUP, PLURAL, VERSION
+from orchestrator.contract import PROGRESS_LINE_PREFIX
+from orchestrator.monitor.samples import read_sample_ticks
+from orchestrator.monitor.summary import WindowAggregator, unavailable_record
+from orchestrator.state.gpu_usage import NO_NVML_MESSAGE, aggregate, usage_window
+from orchestrator.testing.kube_cluster import SimulatedKubeCluster
+from tests.controller.test_admission import OVER_BUDGET_JOB
+from tests.operators.kubernetes.operator_handlers import handlers
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.slow]  # slow: the real kopf operator against an API emulator
 
 NS = "default"
-JOB_RES = f"{GROUP}/{VERSION}/{PLURAL}"
-VERBS = {"list", "watch", "get", "create", "patch", "update", "delete"}
 REPLAY = Path(__file__).resolve().parents[2] / "data" / "monitor" / "h100x8_synthetic.jsonl"
 
 
-class Cluster:
-    def __init__(self, emulator: kmock.KubernetesEmulator, url: str, logs: FakePodLogs) -> None:
-        self.emulator = emulator
-        self.url = url
-        self.logs = logs
-        self.api = k8s.ApiClient(k8s.Configuration(host=url))
-        self.core = k8s.CoreV1Api(self.api)
-        self.custom = k8s.CustomObjectsApi(self.api)
-        self._stop = asyncio.Event()
-        self._operator: asyncio.Task[None] | None = None
-
-    async def start_operator(self) -> None:
-        """The real operator (kopf with gpuctl's handlers), in this process's event loop."""
-        self._stop, ready = asyncio.Event(), asyncio.Event()
-        self._operator = asyncio.create_task(
-            kopf.operator(clusterwide=True, standalone=True, stop_flag=self._stop, ready_flag=ready)
-        )
-        await asyncio.wait_for(ready.wait(), 10)
-
-    async def stop_operator(self) -> None:
-        if self._operator is None:
-            return
-        self._stop.set()
-        self._operator.cancel()  # kmock's watch streams never end by themselves; no graceful wait needed
-        with contextlib.suppress(asyncio.CancelledError, TimeoutError):
-            await asyncio.wait_for(self._operator, 5)
-        self._operator = None
-
-    async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        return await asyncio.to_thread(fn, *args, **kwargs)
-
-    async def pods(self) -> list[dict[str, Any]]:
-        listing = await self.call(self.core.list_namespaced_pod, NS)
-        return [self.api.sanitize_for_serialization(p) for p in listing.items]
-
-    async def job(self, name: str) -> dict[str, Any]:
-        obj: dict[str, Any] = await self.call(
-            self.custom.get_namespaced_custom_object, GROUP, VERSION, NS, PLURAL, name
-        )
-        return obj
-
-    async def wait_for(self, what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
-        # a condition, not a sleep: a busy CI machine only makes passing slower, never failing
-        deadline = asyncio.get_running_loop().time() + timeout
-        while True:
-            result = await check()
-            if result:
-                return result
-            if asyncio.get_running_loop().time() > deadline:
-                raise AssertionError(f"timed out waiting for {what}")
-            await asyncio.sleep(0.1)
+Cluster = SimulatedKubeCluster  # the testing kit's cluster; these tests play its scheduler by hand
 
 
 @pytest_asyncio.fixture
 async def cluster(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Cluster]:
-    emulator = kmock.KubernetesEmulator()
-    emulator.resources["v1/namespaces"] = kmock.ResourceInfo(kind="Namespace", verbs={"list", "watch", "get"})
-    emulator.resources["v1/pods"] = kmock.ResourceInfo(
-        kind="Pod", namespaced=True, verbs=VERBS, subresources={"status"}
-    )
-    emulator.resources["v1/services"] = kmock.ResourceInfo(kind="Service", namespaced=True, verbs=VERBS)
-    emulator.resources["v1/nodes"] = kmock.ResourceInfo(kind="Node", namespaced=False, verbs=VERBS)
-    emulator.resources["v1/events"] = kmock.ResourceInfo(kind="Event", namespaced=True, verbs={"create"})
-    emulator.resources[JOB_RES] = kmock.ResourceInfo(
-        kind="GPUJob", namespaced=True, verbs=VERBS, subresources={"status"}, shortnames={"gj"}
-    )
-    logs = FakePodLogs()
-    logs.install(emulator)
-    async with emulator, kmock.Server(emulator) as server:
-        url = str(server.url).rstrip("/")
-        monkeypatch.setenv("GPUCTL_KUBE_API_URL", url)
-        cluster = Cluster(emulator, url, logs)
-        await cluster.start_operator()
-        try:
-            yield cluster
-        finally:
-            await cluster.stop_operator()
+    """kmock's API emulator with the real operator on it, on the wall clock, with no nodes: the tests
+    set the pods' phases themselves."""
+    async with SimulatedKubeCluster() as sim:
+        monkeypatch.setenv("GPUCTL_KUBE_API_URL", sim.url)
+        await sim.start_operator()
+        yield sim
 
 
 def gpujob(name: str, nodes: Any) -> dict[str, Any]:

@@ -4,6 +4,8 @@ Like the kubelet behind a real API server: a line is kept with the time it was l
 required (the gpuctl pods have two), ``sinceSeconds`` returns the lines logged since then, and the body
 is ``text/plain``. Not modelled: log rotation, ``previous``, ``sinceTime``, ``tailLines``, ``limitBytes``,
 streams, and a 400 for a container that has not started.
+
+Needs kmock (the ``testing`` extra); :mod:`orchestrator.testing.kube_api` installs it on its emulator.
 """
 
 from __future__ import annotations
@@ -11,10 +13,13 @@ from __future__ import annotations
 import re
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import kmock
+from orchestrator.extras import require
+
+kmock = require("kmock", "the simulated Kubernetes cluster of orchestrator.testing")
 
 LOG_PATH = re.compile(r"/api/v1/namespaces/[^/]+/pods/[^/]+/log")
 
@@ -29,15 +34,17 @@ class FakePodLogs:
     """Query parameters of each request, with ``pod`` and ``namespace`` added."""
     failing: set[str] = field(default_factory=set)
     """Pods whose log requests get a 500 (an API server or kubelet in trouble)."""
+    clock: Callable[[], float] = time.time
+    """The kubelet's clock (UNIX seconds): when a line is logged, and what ``sinceSeconds`` counts from."""
 
-    def install(self, emulator: kmock.KubernetesEmulator) -> None:
+    def install(self, emulator: Any) -> None:
         emulator["get", LOG_PATH] << self.serve
 
     def write(self, namespace: str, pod: str, container: str, text: str, at: float | None = None) -> None:
         for line in text.splitlines():
-            self.lines[(namespace, pod, container)].append((time.time() if at is None else at, line))
+            self.lines[(namespace, pod, container)].append((self.clock() if at is None else at, line))
 
-    def serve(self, request: kmock.Request) -> kmock.Response:
+    def serve(self, request: Any) -> Any:
         params = dict(request.params)
         self.requests.append({**params, "pod": str(request.name), "namespace": str(request.namespace)})
         if request.name in self.failing:
@@ -46,13 +53,13 @@ class FakePodLogs:
         if not container:
             return _status(400, f"a container name must be specified for pod {request.name}")
         since = params.get("sinceSeconds")
-        oldest = time.time() - int(since) if since is not None else float("-inf")
+        oldest = self.clock() - int(since) if since is not None else float("-inf")
         logged = self.lines.get((str(request.namespace), str(request.name), container), [])
         body = "".join(f"{line}\n" for at, line in logged if at >= oldest)
         return kmock.Response(status=200, payload=body.encode(), headers={"Content-Type": "text/plain"})
 
 
-def _status(code: int, message: str) -> kmock.Response:
+def _status(code: int, message: str) -> Any:
     body: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message,
                             "reason": "BadRequest" if code == 400 else "InternalError", "code": code}  # fmt: skip
     return kmock.Response(status=code, payload=body)

@@ -1,0 +1,152 @@
+"""An emulated Kubernetes API server (kmock) with what gpuctl's operator needs, and the operator on it.
+
+:class:`KubeApi` serves namespaces, pods (with ``status``), Services, Nodes, Events, pod logs
+(:class:`~orchestrator.testing.pod_logs.FakePodLogs`) and GPUJobs (with ``status``) over real HTTP,
+so the real ``kubernetes`` client and kopf talk to it. It has no scheduler, kubelet or controllers:
+pods stay as created until a test (or :class:`~orchestrator.testing.kube_cluster.SimulatedKubeCluster`)
+changes them. ::
+
+    from operators.kubernetes import handlers  # importing registers the operator's kopf handlers
+
+    async with KubeApi() as api:
+        monkeypatch.setenv("GPUCTL_KUBE_API_URL", api.url)  # the operator's API server
+        await api.start_operator()
+        ...
+        pods = await api.wait_for("two pods", lambda: ..., timeout=60)
+
+Needs kmock, kopf and kubernetes: ``pip install 'gpuctl[testing]'``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from types import TracebackType
+from typing import Any, Self
+
+from orchestrator.backends.kubernetes.crd import GROUP, PLURAL, VERSION
+from orchestrator.extras import require
+from orchestrator.testing.pod_logs import FakePodLogs
+
+_NEEDED_FOR = "the simulated Kubernetes cluster of orchestrator.testing"
+kmock = require("kmock", _NEEDED_FOR)
+kopf = require("kopf", _NEEDED_FOR)
+k8s = require("kubernetes.client", _NEEDED_FOR)
+
+JOB_RESOURCE = f"{GROUP}/{VERSION}/{PLURAL}"
+VERBS = frozenset({"list", "watch", "get", "create", "patch", "update", "delete"})
+DEFAULT_TIMEOUT_S = 60.0
+"""How long :meth:`KubeApi.wait_for` waits by default: generous, a busy machine only makes passing slower."""
+
+
+class KubeApi:
+    """kmock's Kubernetes emulator serving gpuctl's resources on a loopback port (an async context)."""
+
+    def __init__(self, namespace: str = "default", logs: FakePodLogs | None = None) -> None:
+        self.namespace = namespace
+        self.logs = logs or FakePodLogs()
+        self.emulator = kmock.KubernetesEmulator()
+        self._register(self.emulator)
+        self.logs.install(self.emulator)
+        self._stack = contextlib.AsyncExitStack()
+        self.url = ""
+        self.api: Any = None
+        self.core: Any = None
+        self.custom: Any = None
+        self._stop = asyncio.Event()
+        self._operator: asyncio.Task[None] | None = None
+
+    @staticmethod
+    def _register(emulator: Any) -> None:
+        info = kmock.ResourceInfo
+        emulator.resources["v1/namespaces"] = info(kind="Namespace", verbs={"list", "watch", "get"})
+        emulator.resources["v1/pods"] = info(
+            kind="Pod", namespaced=True, verbs=VERBS, subresources={"status"}
+        )
+        emulator.resources["v1/services"] = info(kind="Service", namespaced=True, verbs=VERBS)
+        emulator.resources["v1/nodes"] = info(kind="Node", namespaced=False, verbs=VERBS)
+        emulator.resources["v1/events"] = info(kind="Event", namespaced=True, verbs=VERBS)
+        emulator.resources[JOB_RESOURCE] = info(
+            kind="GPUJob", namespaced=True, verbs=VERBS, subresources={"status"}, shortnames={"gj"}
+        )
+
+    async def __aenter__(self) -> Self:
+        await self._stack.enter_async_context(self.emulator)
+        server = await self._stack.enter_async_context(kmock.Server(self.emulator))
+        self.url = str(server.url).rstrip("/")
+        self.api = k8s.ApiClient(k8s.Configuration(host=self.url))
+        self.core = k8s.CoreV1Api(self.api)
+        self.custom = k8s.CustomObjectsApi(self.api)
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop_operator()
+        await self._stack.aclose()
+
+    # --- the operator ----------------------------------------------------------------------------
+    async def start_operator(self, ready_timeout_s: float = 10.0) -> None:
+        """Run kopf with the handlers registered in this process (import ``operators.kubernetes.handlers``
+        first), in this event loop. The operator finds the API server through ``GPUCTL_KUBE_API_URL``."""
+        self._stop, ready = asyncio.Event(), asyncio.Event()
+        self._operator = asyncio.create_task(
+            kopf.operator(clusterwide=True, standalone=True, stop_flag=self._stop, ready_flag=ready)
+        )
+        await asyncio.wait_for(ready.wait(), ready_timeout_s)
+
+    async def stop_operator(self) -> None:
+        if self._operator is None:
+            return
+        self._stop.set()
+        self._operator.cancel()  # kmock's watch streams never end by themselves; no graceful wait needed
+        with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+            await asyncio.wait_for(self._operator, 5)
+        self._operator = None
+
+    # --- reading and waiting ---------------------------------------------------------------------
+    async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """A (blocking) kubernetes client call, in a thread so that the emulator keeps serving."""
+        return await asyncio.to_thread(fn, *args, **kwargs)
+
+    def as_dict(self, obj: Any) -> Any:
+        return self.api.sanitize_for_serialization(obj)
+
+    async def pods(self) -> list[dict[str, Any]]:
+        listing = await self.call(self.core.list_namespaced_pod, self.namespace)
+        return [self.as_dict(p) for p in listing.items]
+
+    async def nodes(self) -> list[dict[str, Any]]:
+        listing = await self.call(self.core.list_node)
+        return [self.as_dict(n) for n in listing.items]
+
+    async def job(self, name: str) -> dict[str, Any]:
+        obj: dict[str, Any] = await self.call(
+            self.custom.get_namespaced_custom_object, GROUP, VERSION, self.namespace, PLURAL, name
+        )
+        return obj
+
+    async def jobs(self) -> list[dict[str, Any]]:
+        listing = await self.call(
+            self.custom.list_namespaced_custom_object, GROUP, VERSION, self.namespace, PLURAL
+        )
+        return list(listing.get("items") or [])
+
+    async def create_job(self, body: dict[str, Any]) -> None:
+        await self.call(
+            self.custom.create_namespaced_custom_object, GROUP, VERSION, self.namespace, PLURAL, body
+        )
+
+    async def wait_for(
+        self, what: str, check: Callable[[], Awaitable[Any]], timeout: float = DEFAULT_TIMEOUT_S
+    ) -> Any:
+        """``check()``'s first truthy result, polled every 0.1 s; AssertionError after ``timeout``."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            result = await check()
+            if result:
+                return result
+            if asyncio.get_running_loop().time() > deadline:
+                raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+            await asyncio.sleep(0.1)
