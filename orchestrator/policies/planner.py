@@ -33,6 +33,9 @@ IDLE_UP, IDLE_DOWN, OD_UP, OD_DOWN = 0, 1, 2, 3
 _PENALTY = 1e9
 _MAX_TIME_STEPS = 400
 _MAX_SLACK_STEPS = 256
+# hard bounds (a table is time x slack x 4 bytes): beyond them slack counts as the most planned for
+_MOST_TIME_STEPS = 2000
+_MOST_SLACK_STEPS = 512
 
 
 @dataclass(frozen=True)
@@ -54,11 +57,12 @@ class PlanGrid:
         coarse = max(deadline_h / _MAX_TIME_STEPS, slack_h / _MAX_SLACK_STEPS)
         # never coarser than the changeover (a launch takes at least one step), never finer than a tick
         step = max(tick_h, min(coarse, changeover_h)) if changeover_h > 0 else max(tick_h, coarse)
+        step = max(step, deadline_h / _MOST_TIME_STEPS)  # long jobs: bounded work and memory
         step = float(np.float32(step))  # a stable cache key
         return cls(
             step_h=step,
             time_steps=math.ceil(deadline_h / step - 1e-9) + 1,
-            slack_steps=math.ceil(slack_h / step - 1e-9) + 1,
+            slack_steps=min(math.ceil(slack_h / step - 1e-9) + 1, _MOST_SLACK_STEPS),
             changeover_steps=max(changeover_h / step, 1.0),
             spot_price=spot,
             on_demand_price=od,
@@ -209,14 +213,14 @@ class PlanCache:
 
 
 _CACHES: OrderedDict[PlanGrid, PlanCache] = OrderedDict()
-_CACHE_GRIDS = 2
+_CACHE_BYTES = 256 * 2**20
 
 
 def plan_cache(grid: PlanGrid) -> PlanCache:
-    """The cache of ``grid`` (the last few grids are kept)."""
+    """The cache of ``grid``; the least recently used grids go when the tables pass 256 MiB."""
     cache = _CACHES.pop(grid, None) or PlanCache(grid)
     _CACHES[grid] = cache
-    while len(_CACHES) > _CACHE_GRIDS:
+    while len(_CACHES) > 1 and sum(c.tables.nbytes for c in _CACHES.values()) > _CACHE_BYTES:
         _CACHES.popitem(last=False)
     return cache
 

@@ -98,47 +98,50 @@ def _perturbed(fit: RunFit, rng: np.random.Generator) -> RunFit:
     return RunFit(fit.up_mu + up_scale, fit.up_sigma, fit.down_mu + down_scale, fit.down_sigma)
 
 
-def zones_for(regime: str, fits: list[RunFit], zones: int, days: float, seed: int) -> AvailabilityTrace:
+def zones_for(
+    regime: str, fits: list[RunFit], zones: int, days: float, seed: int, tick_h: float = TICK_H
+) -> AvailabilityTrace:
     """``zones`` synthetic zones of ``regime`` over ``days`` days (deterministic in ``seed``)."""
     if regime not in REGIMES:
         raise UserError(f"unknown synthetic regime '{regime}'", f"use one of {', '.join(REGIMES)}")
     if not fits:
         raise UserError("no zone fits to draw synthetic zones from", "fit at least one real trace")
     rng = np.random.default_rng([seed, REGIMES.index(regime), zones])
-    ticks = int(days * 24.0 / TICK_H)
+    ticks = int(days * 24.0 / tick_h)
     modulation: Modulation | None = None
     if regime == "daily-cycles":
         phase = rng.uniform(0.0, 24.0)
         modulation = lambda h: 3.0 ** math.sin(2.0 * math.pi * (h - phase) / 24.0)  # noqa: E731
     rows = np.stack(
         [
-            semi_markov(_perturbed(fits[int(rng.integers(len(fits)))], rng), ticks, rng, TICK_H, modulation)
+            semi_markov(_perturbed(fits[int(rng.integers(len(fits)))], rng), ticks, rng, tick_h, modulation)
             for _ in range(zones)
         ]
     )
     if regime == "long-outages":
         t = 0
         while True:
-            t += int(rng.uniform(2.0, 6.0) * 24.0 / TICK_H)
+            t += int(rng.uniform(2.0, 6.0) * 24.0 / tick_h)
             if t >= ticks:
                 break
-            length = int(rng.uniform(12.0, 48.0) / TICK_H)
+            length = int(rng.uniform(12.0, 48.0) / tick_h)
             hit = slice(None) if rng.random() < 0.4 else int(rng.integers(zones))
             rows[hit, t : t + length] = False
     elif regime == "fail-together":
         market = RunFit(math.log(16.0), 0.8, math.log(8.0), 0.8)
-        rows &= semi_markov(market, ticks, rng, TICK_H)[None, :]
+        rows &= semi_markov(market, ticks, rng, tick_h)[None, :]
     names = tuple(f"{regime}-{zones}z-{i}" for i in range(zones))
-    return AvailabilityTrace(names, TICK_H, rows.astype(np.int64))
+    return AvailabilityTrace(names, tick_h, rows.astype(np.int64))
 
 
 def trace_set(
-    regime: str, fits: list[RunFit], seed: int = 0, days: float = 30.0
+    regime: str, fits: list[RunFit], seed: int = 0, days: float = 30.0, tick_h: float = TICK_H
 ) -> list[tuple[str, AvailabilityTrace]]:
     """The zone groups of one regime: three single zones, a group of three, a group of six."""
     groups: list[tuple[str, AvailabilityTrace]] = []
     for i in range(3):
-        groups.append((f"{regime} zone {i + 1}", zones_for(regime, fits, 1, days, seed + 101 * i)))
-    groups.append((f"{regime} 3 zones", zones_for(regime, fits, 3, days, seed)))
-    groups.append((f"{regime} 6 zones", zones_for(regime, fits, 6, days, seed)))
+        one = zones_for(regime, fits, 1, days, seed + 101 * i, tick_h)
+        groups.append((f"{regime} zone {i + 1}", one))
+    groups.append((f"{regime} 3 zones", zones_for(regime, fits, 3, days, seed, tick_h)))
+    groups.append((f"{regime} 6 zones", zones_for(regime, fits, 6, days, seed, tick_h)))
     return groups
