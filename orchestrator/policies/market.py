@@ -17,7 +17,8 @@ from typing import ClassVar
 import numpy as np
 
 from orchestrator.errors import UserError
-from orchestrator.policies.base import MarketPolicy, choose_actions
+from orchestrator.policies.base import MarketPolicy as MarketPolicy  # re-exported: its old home
+from orchestrator.policies.base import choose_actions
 from orchestrator.policies.context import Action, FloatArray, IntArray, MarketBatch
 from orchestrator.policies.planning import PlanAheadPolicy
 

@@ -163,7 +163,8 @@ def _loss_bin(rates: FloatArray) -> IntArray:
 
 
 def _failover_bin(chance: FloatArray) -> IntArray:
-    return np.argmin(np.abs(chance[:, None] - _FAILOVER_BINS[None, :]), axis=1).astype(np.int64)
+    nearest: IntArray = np.argmin(np.abs(chance[:, None] - _FAILOVER_BINS[None, :]), axis=1).astype(np.int64)
+    return nearest
 
 
 class PlanCache:
@@ -193,7 +194,8 @@ class PlanCache:
         g = self.grid
         t = np.clip(np.rint(time_left_h / g.step_h), 0, g.time_steps - 1).astype(np.int64)
         s = np.clip(np.rint(slack_h / g.step_h), 0, g.slack_steps - 1).astype(np.int64)
-        return self.tables[self.slot[keys], t, s, situation].astype(np.int64)
+        actions: IntArray = self.tables[self.slot[keys], t, s, situation].astype(np.int64)
+        return actions
 
     def _add(self, keys: list[int]) -> None:
         models = []
