@@ -5,7 +5,13 @@ Zone sets: each zone alone, all 9 zones together, us-east-1a/1c/1d together. Pri
 as a fraction of on-demand only, the deadline-met fraction, and the share of the omniscient savings
 captured by gpuctl's default policy.
 
+``--heldout`` prints the leave-one-set-out table instead: every trace set (the shared AWS traces and
+the synthetic regimes of orchestrator/policies/synthetic.py) held out in turn, plan-ahead's
+constants chosen on the other sets only, over job settings from 1.05x to 2x the work, changeovers of
+0.05 to 0.5 h and spot at 0.2 to 0.5 of on-demand (orchestrator/policies/validation.py).
+
     python benchmarks/spot_policies.py [--traces DIR] [--starts 300] [--seed 0] [--markdown]
+    python benchmarks/spot_policies.py --heldout [--starts 40] [--markdown]
 """
 
 from __future__ import annotations
@@ -17,10 +23,21 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from orchestrator.policies import synthetic
 from orchestrator.policies.evaluate import evaluate, savings_share
-from orchestrator.policies.market import DEFAULT_POLICY, POLICIES
+from orchestrator.policies.market import DEFAULT_POLICY, POLICIES, market_policy
+from orchestrator.policies.planning import PlanAheadPolicy
 from orchestrator.policies.simulator import SimJob
-from orchestrator.policies.traces import load_traces
+from orchestrator.policies.traces import AvailabilityTrace, load_traces
+from orchestrator.policies.validation import (
+    BASELINES,
+    TOLERANCE,
+    Row,
+    Summary,
+    evaluate_rows,
+    leave_one_set_out,
+    summarise,
+)
 
 _REPO = Path(__file__).resolve().parents[1]
 # ../shared next to the main checkout; worktrees one level deeper look one more level up
@@ -49,18 +66,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--starts", type=int, default=300)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--markdown", action="store_true", help="print a markdown table")
+    ap.add_argument("--heldout", action="store_true", help="the leave-one-set-out table")
     args = ap.parse_args(argv)
     folder = args.traces / SUBDIR if (args.traces / SUBDIR).is_dir() else args.traces
     files = sorted(folder.glob("*.json"))
     if not files:
         print(f"no traces under {folder}; pass --traces DIR", file=sys.stderr)
         return 2
+    if args.heldout:
+        return heldout(files, args.starts if args.starts != 300 else 40, args.seed, args.markdown)
     names = list(POLICIES)
-    header = ["zones", "deadline h", *names, "omniscient", "default share"]
+    scored = list(dict.fromkeys([DEFAULT_POLICY, PlanAheadPolicy.name]))
+    header = ["zones", "deadline h", *names, "omniscient", *(f"{n} share" for n in scored)]
     print("| " + " | ".join(header) + " |" if args.markdown else "\t".join(header))
     if args.markdown:
         print("|" + "---|" * len(header))
-    shares: list[float] = []
+    shares: dict[str, list[float]] = {n: [] for n in scored}
+    above: dict[str, float] = {n: -1.0 for n in scored}
     misses: dict[str, float] = {}
     began = time.perf_counter()
     for label, paths in zone_sets(files):
@@ -76,21 +98,93 @@ def main(argv: list[str] | None = None) -> int:
                     misses[n] = min(misses.get(n, 1.0), met)
                 cells.append(f"{s['cost_vs_on_demand']:.3f}" + ("" if met == 1.0 else f" ({met:.0%} met)"))
             omni = doc["omniscient"]["cost_vs_on_demand"]
-            share = savings_share(doc["policies"][DEFAULT_POLICY]["cost_vs_on_demand"], omni)
-            if share is not None:
-                shares.append(share)
-            cells += [f"{omni:.3f}", "-" if share is None else f"{share:.2f}"]
+            best_baseline = min(doc["policies"][n]["cost_vs_on_demand"] for n in BASELINES)
+            cells.append(f"{omni:.3f}")
+            for n in scored:
+                cost = doc["policies"][n]["cost_vs_on_demand"]
+                above[n] = max(above[n], cost - best_baseline)
+                share = savings_share(cost, omni)
+                if share is not None:
+                    shares[n].append(share)
+                cells.append("-" if share is None else f"{share:.2f}")
             print("| " + " | ".join(cells) + " |" if args.markdown else "\t".join(cells), flush=True)
     print()
-    print(
-        f"default policy: {DEFAULT_POLICY}; mean share of omniscient savings: {sum(shares) / len(shares):.3f}"
-    )
+    print(f"default policy: {DEFAULT_POLICY}")
+    for n in scored:
+        print(
+            f"{n}: mean share of omniscient savings {sum(shares[n]) / len(shares[n]):.3f}; "
+            f"most above the best of {', '.join(BASELINES)}: {above[n]:+.3f} of on-demand"
+        )
     print(
         "deadline misses (lowest met fraction): "
         + (", ".join(f"{k} {v:.0%}" for k, v in misses.items()) or "none")
     )
     print(f"elapsed: {time.perf_counter() - began:.1f} s for {args.starts} starts per setting")
     return 0
+
+
+# plan-ahead's constants to choose from (priors on the mean up and down run, hours)
+CANDIDATES = {
+    "plan-ahead": (2.0, 2.0),
+    "plan-ahead 0.5h": (0.5, 0.5),
+    "plan-ahead 1h": (1.0, 1.0),
+    "plan-ahead 4h": (4.0, 4.0),
+}
+AWS_GROUPS = ("us-east-1a", "us-east-1c", "us-east-2b", "us-west-2b", "us-east-1a,1c,1d", "all 9 zones")
+
+
+def heldout_sets(files: list[Path]) -> dict[str, list[tuple[str, AvailabilityTrace]]]:
+    """The shared traces (a few zone groups) and each synthetic regime, fitted to the shared traces."""
+    aws = [(label, load_traces(paths)) for label, paths in zone_sets(files) if label in AWS_GROUPS]
+    fits = synthetic.fit_trace(load_traces(files))
+    sets = {"aws-v100": aws}
+    for regime in synthetic.REGIMES:
+        sets[regime] = synthetic.trace_set(regime, fits)
+    return sets
+
+
+def heldout(files: list[Path], starts: int, seed: int, markdown: bool) -> int:
+    began = time.perf_counter()
+    policies = {name: market_policy(name) for name in (*BASELINES, "reserve-slack")}
+    policies.update({name: PlanAheadPolicy(up, down) for name, (up, down) in CANDIDATES.items()})
+    rows = evaluate_rows(heldout_sets(files), policies, starts=starts, seed=seed)
+    folds = leave_one_set_out(rows, list(CANDIDATES))
+    header = ["held-out set", "zones", "deadline x, changeover h, spot/od", "best baseline", "reserve-slack",
+              "plan-ahead (chosen)", "above best", "omniscient", "share"]  # fmt: skip
+    sep = " | " if markdown else "\t"
+    print(("| " if markdown else "") + sep.join(header) + (" |" if markdown else ""))
+    if markdown:
+        print("|" + "---|" * len(header))
+    scored: list[tuple[Row, str]] = []
+    for fold in folds:
+        for r in fold.rows:
+            scored.append((r, fold.chosen))
+            share = r.share(fold.chosen)
+            cells = [
+                fold.trace_set, r.group, r.setting.label, f"{r.best_baseline():.3f}",
+                f"{r.cost['reserve-slack']:.3f}", f"{r.cost[fold.chosen]:.3f}",
+                f"{r.regret(fold.chosen):+.3f}", f"{r.omniscient:.3f}", "-" if share is None else f"{share:.2f}",
+            ]  # fmt: skip
+            print(("| " if markdown else "") + sep.join(cells) + (" |" if markdown else ""), flush=True)
+    print()
+    for fold in folds:
+        s = summarise([(r, fold.chosen) for r in fold.rows])
+        print(f"{fold.trace_set}: chose {fold.chosen} on the other sets; {_line(s)}")
+    print(f"held out, all sets: {_line(summarise(scored))}")
+    for name in ("reserve-slack", *CANDIDATES):
+        print(
+            f"{name} everywhere (in-sample for plan-ahead's choice): {_line(summarise([(r, name) for r in rows]))}"
+        )
+    print(f"elapsed: {time.perf_counter() - began:.1f} s for {starts} starts per row")
+    return 0
+
+
+def _line(s: Summary) -> str:
+    return (
+        f"{s.rows} rows, {s.above_tolerance} more than {TOLERANCE} above the best baseline "
+        f"(worst {s.worst_regret:+.3f}), mean share of omniscient savings {s.mean_share:.2f}, "
+        f"deadlines met {s.min_met:.0%} (lowest row)"
+    )
 
 
 if __name__ == "__main__":

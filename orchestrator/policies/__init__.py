@@ -9,8 +9,9 @@ The controller's entry points::
     nodes = rescale_target(available, min_nodes, max_nodes, current_nodes)  # spot nodes to run on
 """
 
+from orchestrator.policies.base import MarketPolicy
 from orchestrator.policies.context import MarketContext, MarketDecision, ZoneHistory
-from orchestrator.policies.market import DEFAULT_POLICY, POLICIES, MarketPolicy, market_policy
+from orchestrator.policies.market import DEFAULT_POLICY, POLICIES, market_policy
 from orchestrator.policies.rescale import relative_throughput, rescale_target
 from orchestrator.policies.rightsize import GpuMeasurement, RightSizeChoice, right_size
 

@@ -12,49 +12,15 @@ so the job then stays there to the end.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from typing import ClassVar
 
 import numpy as np
 
 from orchestrator.errors import UserError
-from orchestrator.policies.context import (
-    Action,
-    BoolArray,
-    FloatArray,
-    IntArray,
-    MarketBatch,
-    MarketContext,
-    MarketDecision,
-)
-
-
-class MarketPolicy(ABC):
-    """One decision rule. ``name`` is what ``gpuctl simulate --policy`` and job specs call it."""
-
-    name: ClassVar[str]
-    description: ClassVar[str]
-
-    @abstractmethod
-    def decide_batch(self, b: MarketBatch) -> tuple[IntArray, IntArray]:
-        """Action codes (B,) and zone indexes (B,), -1 where no zone applies."""
-
-    def decide(self, ctx: MarketContext) -> MarketDecision:
-        action, zone = self.decide_batch(ctx.to_batch())
-        act = Action(int(action[0]))
-        z = int(zone[0])
-        return MarketDecision(
-            market=act.market,
-            zone=ctx.zones[z] if act is Action.SPOT and z >= 0 else None,
-            policy=self.name,
-        )
-
-
-def _choose(n: int, od: BoolArray, spot: BoolArray, zone: IntArray) -> tuple[IntArray, IntArray]:
-    action = np.full(n, int(Action.WAIT), dtype=np.int64)
-    action[spot] = Action.SPOT
-    action[od] = Action.ON_DEMAND
-    return action, np.where(action == Action.SPOT, zone, -1).astype(np.int64)
+from orchestrator.policies.base import MarketPolicy as MarketPolicy  # re-exported: its old home
+from orchestrator.policies.base import choose_actions
+from orchestrator.policies.context import Action, FloatArray, IntArray, MarketBatch
+from orchestrator.policies.planning import PlanAheadPolicy
 
 
 class OnDemandPolicy(MarketPolicy):
@@ -79,7 +45,7 @@ class GreedyPolicy(MarketPolicy):
         riding = b.on_spot_and_up()
         short = b.slack_h < b.safety_h
         od = (b.market == Action.ON_DEMAND) | (short & ~riding)
-        return _choose(n, od, home_up & ~od, np.zeros(n, dtype=np.int64))
+        return choose_actions(n, od, home_up & ~od, np.zeros(n, dtype=np.int64))
 
 
 class EagerFailoverPolicy(MarketPolicy):
@@ -97,7 +63,7 @@ class EagerFailoverPolicy(MarketPolicy):
         zone = np.where(riding, b.zone, first_up)
         short = b.slack_h < b.safety_h
         od = (b.market == Action.ON_DEMAND) | (short & ~riding)
-        return _choose(n, od, any_up & ~od, zone)
+        return choose_actions(n, od, any_up & ~od, zone)
 
 
 class UniformProgressPolicy(MarketPolicy):
@@ -123,7 +89,7 @@ class UniformProgressPolicy(MarketPolicy):
         short = b.slack_h < b.safety_h
         committed = (b.market == Action.ON_DEMAND) & short
         od = committed | catching_up | (short & ~riding) | (behind & ~home_up & ~riding)
-        return _choose(n, od, home_up & ~od, np.zeros(n, dtype=np.int64))
+        return choose_actions(n, od, home_up & ~od, np.zeros(n, dtype=np.int64))
 
 
 class ReserveSlackPolicy(MarketPolicy):
@@ -176,7 +142,7 @@ class ReserveSlackPolicy(MarketPolicy):
         idle_needs_od = ~on_od & ~riding & (short | (~any_up & behind_reserve))
         od = (on_od & short) | stay_od | idle_needs_od
         spot = (riding | any_up) & ~od
-        return _choose(n, od, spot, zone)
+        return choose_actions(n, od, spot, zone)
 
     def _mean_run_h(self, b: MarketBatch) -> FloatArray:
         """Mean length of an availability run per zone, with a prior of one run of prior_run_h."""
@@ -186,7 +152,14 @@ class ReserveSlackPolicy(MarketPolicy):
 
 POLICIES: dict[str, type[MarketPolicy]] = {
     cls.name: cls
-    for cls in (OnDemandPolicy, GreedyPolicy, UniformProgressPolicy, EagerFailoverPolicy, ReserveSlackPolicy)
+    for cls in (
+        OnDemandPolicy,
+        GreedyPolicy,
+        UniformProgressPolicy,
+        EagerFailoverPolicy,
+        ReserveSlackPolicy,
+        PlanAheadPolicy,
+    )
 }
 DEFAULT_POLICY = ReserveSlackPolicy.name
 

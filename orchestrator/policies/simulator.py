@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from orchestrator.errors import UserError
+from orchestrator.policies.base import MarketPolicy
 from orchestrator.policies.context import Action, BoolArray, FloatArray, IntArray, MarketBatch
-from orchestrator.policies.market import MarketPolicy
 from orchestrator.policies.rescale import check_node_range, relative_throughput, rescale_targets
 from orchestrator.policies.traces import AvailabilityTrace
 

@@ -127,3 +127,11 @@ def test_work_estimate_from_progress_and_time_run() -> None:
 def test_unknown_policy_name_is_a_user_error() -> None:
     with pytest.raises(UserError, match="unknown market policy"):
         reconcile(view("market: {policy: yolo}\ngoals: {compute_hours: 2}\n", market(0, 1)))
+
+
+def test_plan_ahead_decides_in_the_controller() -> None:
+    policy = "market: {policy: plan-ahead}\n"
+    # an hour in, nothing done, 2 h of work in a 10 h deadline: spot where there is capacity
+    assert launched(reconcile(view(policy + "goals: {compute_hours: 2}\n", market(0, 1)))) is SPOT_B
+    # no spot anywhere and 0.3 h of slack left: on-demand
+    assert launched(reconcile(view(policy + "goals: {compute_hours: 8.7}\n", market(0, 0)))) is ON_DEMAND

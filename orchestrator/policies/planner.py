@@ -1,0 +1,230 @@
+"""Plan the rest of a job against a learned model of the spot market: a dynamic program.
+
+The market model, per job (all zones together), in continuous time:
+
+* riding spot, the zone is lost at rate ``ride_loss`` per hour; when it is lost, another zone has
+  spot with probability ``failover`` (the job becomes idle with the market up), else none has;
+* idle or on on-demand, "some zone has spot" is a two-state Markov process: it goes away at rate
+  ``up_loss`` and comes back at rate ``recovery`` per hour.
+
+The program runs over a grid of ``step_h`` hours: the state is (time left, slack = time left - work
+left, mode, market up/down) with modes idle, warm on-demand and riding spot. Every launch costs the
+changeover, paid, without progress; slack below zero is a missed deadline (a large penalty). The
+answer is a table of the cheapest action (an :class:`Action` code) for each (time left, slack) and
+each of four situations: idle or on on-demand, with the market up or down (riding spot in a zone
+that is up always continues: policies never leave a zone that still has capacity).
+
+Tables depend only on the job's grid and the (binned) model parameters, so they are cached: the
+simulator's many start points share them, and a restarted controller recomputes the same ones.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from orchestrator.policies.context import Action, FloatArray, IntArray
+
+IDLE_UP, IDLE_DOWN, OD_UP, OD_DOWN = 0, 1, 2, 3
+_PENALTY = 1e9
+_MAX_TIME_STEPS = 400
+_MAX_SLACK_STEPS = 256
+# hard bounds (a table is time x slack x 4 bytes): beyond them slack counts as the most planned for
+_MOST_TIME_STEPS = 2000
+_MOST_SLACK_STEPS = 512
+
+
+@dataclass(frozen=True)
+class PlanGrid:
+    """The job's planning grid: ``step_h`` hours per step, changeover in steps (at least one)."""
+
+    step_h: float
+    time_steps: int
+    slack_steps: int
+    changeover_steps: float
+    spot_price: float
+    on_demand_price: float
+
+    @classmethod
+    def for_job(
+        cls, deadline_h: float, work_h: float, changeover_h: float, tick_h: float, spot: float, od: float
+    ) -> PlanGrid:
+        slack_h = max(deadline_h - work_h, 0.0)
+        coarse = max(deadline_h / _MAX_TIME_STEPS, slack_h / _MAX_SLACK_STEPS)
+        # never coarser than the changeover (a launch takes at least one step), never finer than a tick
+        step = max(tick_h, min(coarse, changeover_h)) if changeover_h > 0 else max(tick_h, coarse)
+        step = max(step, deadline_h / _MOST_TIME_STEPS)  # long jobs: bounded work and memory
+        step = float(np.float32(step))  # a stable cache key
+        return cls(
+            step_h=step,
+            time_steps=math.ceil(deadline_h / step - 1e-9) + 1,
+            slack_steps=min(math.ceil(slack_h / step - 1e-9) + 1, _MOST_SLACK_STEPS),
+            changeover_steps=max(changeover_h / step, 1.0),
+            spot_price=spot,
+            on_demand_price=od,
+        )
+
+
+@dataclass(frozen=True)
+class MarketModel:
+    """Rates per hour (see the module doc) and the failover probability."""
+
+    ride_loss: float
+    failover: float
+    up_loss: float
+    recovery: float
+
+
+def _two_state(up_loss: float, recovery: float, hours: float) -> tuple[float, float]:
+    """P(up after ``hours`` | up now), P(up after ``hours`` | down now)."""
+    total = up_loss + recovery
+    if total <= 0:
+        return 1.0, 0.0
+    decay = math.exp(-total * hours)
+    return (recovery + up_loss * decay) / total, recovery * (1.0 - decay) / total
+
+
+def plan(grid: PlanGrid, models: list[MarketModel]) -> NDArray[np.int8]:
+    """(len(models), time_steps, slack_steps, 4): the cheapest action per model, time left, slack and
+    situation (an :class:`Action` code). Vectorised over models and slack, one step of time left at a
+    time (each step reads the last ``changeover + 1`` ones)."""
+    n_t, n_s, dt, k = grid.time_steps, grid.slack_steps, grid.step_h, len(models)
+    ps, po = grid.spot_price * dt, grid.on_demand_price * dt
+    c = grid.changeover_steps
+    c_lo = math.floor(c)
+    frac = c - c_lo
+
+    def col(values: list[float]) -> FloatArray:
+        return np.asarray(values, dtype=np.float64)[:, None]
+
+    steps = [_two_state(m.up_loss, m.recovery, dt) for m in models]
+    launches = [_two_state(m.up_loss, m.recovery, c * dt) for m in models]
+    uu, du = col([p[0] for p in steps]), col([p[1] for p in steps])
+    cuu, cdu = col([p[0] for p in launches]), col([p[1] for p in launches])
+    surv = col([math.exp(-m.ride_loss * dt) for m in models])
+    surv_c = col([math.exp(-m.ride_loss * c * dt) for m in models])
+    q = col([m.failover for m in models])
+    pad = c_lo + 1  # columns of penalty left of slack 0, so that shifts are slices
+    ring = c_lo + 2
+    values = np.full((ring, 5, k, pad + n_s), _PENALTY)  # per step: IU, ID, OU, OD, R
+    actions = np.zeros((k, n_t, n_s, 4), dtype=np.int8)
+    done_at = np.arange(n_s)[None, :]
+
+    def at(v: FloatArray, shift: int) -> FloatArray:
+        return v[..., pad - shift : pad - shift + n_s]
+
+    for tau in range(n_t):
+        iu1, id1, ou1, od1, r1 = at(values[(tau - 1) % ring], 0)
+        w_iu, w_id = at(values[(tau - 1) % ring][0], 1), at(values[(tau - 1) % ring][1], 1)
+        # a launch: same work left, c steps of slack and time later (between two whole steps)
+        land = (1.0 - frac) * at(values[(tau - c_lo) % ring], c_lo) + frac * at(
+            values[(tau - c_lo - 1) % ring], c_lo + 1
+        )
+        l_iu, l_id, l_ou, l_od, l_r = land
+        spot_launch = c * ps + surv_c * l_r + (1.0 - surv_c) * (q * l_iu + (1.0 - q) * l_id)
+        wait_up = uu * w_iu + (1.0 - uu) * w_id
+        wait_down = du * w_iu + (1.0 - du) * w_id
+        cur = values[tau % ring]
+        situations = (
+            (wait_up, spot_launch, c * po + cuu * l_ou + (1.0 - cuu) * l_od),  # idle, market up
+            (wait_down, None, c * po + cdu * l_ou + (1.0 - cdu) * l_od),  # idle, market down
+            (wait_up, spot_launch, po + uu * ou1 + (1.0 - uu) * od1),  # on-demand, market up
+            (wait_down, None, po + du * ou1 + (1.0 - du) * od1),  # on-demand, market down
+        )
+        for i, (wait, spot, od) in enumerate(situations):
+            # the cheapest, ties to the first of wait, spot, on-demand (codes 0, 1, 2)
+            act, best = np.zeros((k, n_s), dtype=np.int8), wait
+            if spot is not None:
+                act[spot < best] = Action.SPOT
+                best = np.minimum(best, spot)
+            act[od < best] = Action.ON_DEMAND
+            best = np.minimum(best, od)
+            actions[:, tau, :, i] = act
+            cur[i, :, pad:] = best
+        cur[4, :, pad:] = ps + surv * r1 + (1.0 - surv) * (q * iu1 + (1.0 - q) * id1)
+        body = cur[:, :, pad:]
+        body[:, np.broadcast_to(done_at >= tau, (k, n_s))] = 0.0  # no work left
+        np.minimum(body, _PENALTY, out=body)
+    return actions
+
+
+_LOSS_BINS = 2.0 ** np.arange(-9.0, 4.01, 1.0)  # rates per hour: one event in 512 h to in 4 min
+_FAILOVER_BINS = np.array([0.0, 0.4, 0.7, 0.9, 0.97])
+
+
+def _loss_bin(rates: FloatArray) -> IntArray:
+    """Nearest bin of a rate on the log2 grid of :data:`_LOSS_BINS`."""
+    idx = np.rint(np.log2(np.maximum(rates, 1e-12)) - math.log2(float(_LOSS_BINS[0])))
+    return np.clip(idx, 0, len(_LOSS_BINS) - 1).astype(np.int64)
+
+
+def _failover_bin(chance: FloatArray) -> IntArray:
+    nearest: IntArray = np.argmin(np.abs(chance[:, None] - _FAILOVER_BINS[None, :]), axis=1).astype(np.int64)
+    return nearest
+
+
+class PlanCache:
+    """Action tables of one grid, one per binned market model, stacked for vectorised look-ups."""
+
+    def __init__(self, grid: PlanGrid) -> None:
+        self.grid = grid
+        self.slot = np.full(len(_LOSS_BINS) ** 2 * len(_FAILOVER_BINS), -1, dtype=np.int64)
+        self.count = 0
+        self.tables = np.zeros((8, grid.time_steps, grid.slack_steps, 4), dtype=np.int8)
+
+    def lookup(
+        self, ride_loss: FloatArray, failover: FloatArray, recovery: FloatArray,
+        time_left_h: FloatArray, slack_h: FloatArray, situation: IntArray,
+    ) -> IntArray:  # fmt: skip
+        """Action code per row for its (binned) model, time left, slack and situation."""
+        a, q, m = _loss_bin(ride_loss), _failover_bin(failover), _loss_bin(recovery)
+        keys = (a * len(_FAILOVER_BINS) + q) * len(_LOSS_BINS) + m
+        lacking = self.slot[keys] < 0
+        if lacking.any():  # plan the missing models and their neighbours (rates drift between bins)
+            near = np.arange(-1, 2)
+            a_near = np.clip(a[lacking][:, None, None] + near[None, :, None], 0, len(_LOSS_BINS) - 1)
+            m_near = np.clip(m[lacking][:, None, None] + near[None, None, :], 0, len(_LOSS_BINS) - 1)
+            tile = (a_near * len(_FAILOVER_BINS) + q[lacking][:, None, None]) * len(_LOSS_BINS) + m_near
+            wanted = np.unique(tile)
+            self._add([int(key) for key in wanted[self.slot[wanted] < 0]])
+        g = self.grid
+        t = np.clip(np.rint(time_left_h / g.step_h), 0, g.time_steps - 1).astype(np.int64)
+        s = np.clip(np.rint(slack_h / g.step_h), 0, g.slack_steps - 1).astype(np.int64)
+        actions: IntArray = self.tables[self.slot[keys], t, s, situation].astype(np.int64)
+        return actions
+
+    def _add(self, keys: list[int]) -> None:
+        models = []
+        for key in keys:
+            rest, m = divmod(key, len(_LOSS_BINS))
+            a, q = divmod(rest, len(_FAILOVER_BINS))
+            ride, fail = float(_LOSS_BINS[a]), float(_FAILOVER_BINS[q])
+            models.append(MarketModel(ride, fail, ride * (1.0 - fail), float(_LOSS_BINS[m])))
+        n, need = self.count, self.count + len(keys)
+        if need > self.tables.shape[0]:
+            grown = np.zeros((max(2 * need, 8), *self.tables.shape[1:]), dtype=np.int8)
+            grown[:n] = self.tables[:n]
+            self.tables = grown
+        self.tables[n:need] = plan(self.grid, models)
+        self.slot[keys] = np.arange(n, need)
+        self.count = need
+
+
+_CACHES: OrderedDict[PlanGrid, PlanCache] = OrderedDict()
+_CACHE_BYTES = 256 * 2**20
+
+
+def plan_cache(grid: PlanGrid) -> PlanCache:
+    """The cache of ``grid``; the least recently used grids go when the tables pass 256 MiB."""
+    cache = _CACHES.pop(grid, None) or PlanCache(grid)
+    _CACHES[grid] = cache
+    while len(_CACHES) > 1 and sum(c.tables.nbytes for c in _CACHES.values()) > _CACHE_BYTES:
+        _CACHES.popitem(last=False)
+    return cache
+
+
+__all__ = ["Action", "MarketModel", "PlanCache", "PlanGrid", "plan", "plan_cache"]

@@ -1,0 +1,84 @@
+"""``plan-ahead``: learn each zone's availability online, plan the rest of the job against it.
+
+Every tick, from the history in the context only (so a restarted controller decides the same way):
+
+1. Per zone, the rates at which spot goes away and comes back, from the lengths of its up and down
+   runs so far (censored: the current run counts as time, not as an ended run), each with a prior of
+   one run of ``prior_up_h`` / ``prior_down_h``.
+2. The job's market model (:class:`MarketModel`): the zone it rides (the current one, else the one
+   with spot whose runs last longest), the chance that another zone has spot when that one is lost
+   (zones taken as independent), and how fast "no zone has spot" ends (the sum of the zones'
+   recovery rates, but never faster than the time with spot seen so far allows: zones may fail
+   together).
+3. The cheapest action for the job's time left, slack and situation, from the dynamic program of
+   :mod:`orchestrator.policies.planner` (re-planned every tick: the model changes as the history
+   grows; tables are cached per binned model).
+
+Riding spot in a zone that still has capacity always continues. The deadline safety net of the
+other policies applies on top. Without a deadline: spot when some zone has it, else wait.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from orchestrator.policies.base import MarketPolicy, choose_actions
+from orchestrator.policies.context import Action, FloatArray, IntArray, MarketBatch
+from orchestrator.policies.planner import IDLE_DOWN, IDLE_UP, OD_DOWN, OD_UP, PlanGrid, plan_cache
+
+
+class PlanAheadPolicy(MarketPolicy):
+    name = "plan-ahead"
+    description = "learns each zone's up/down runs, plans the rest of the job by dynamic programming"
+
+    def __init__(self, prior_up_h: float = 2.0, prior_down_h: float = 2.0) -> None:
+        self.prior_up_h = prior_up_h
+        self.prior_down_h = prior_down_h
+
+    def decide_batch(self, b: MarketBatch) -> tuple[IntArray, IntArray]:
+        n = b.elapsed_h.shape[0]
+        rows = np.arange(n)
+        loss, recovery, share = self.zone_rates(b)
+        riding = b.on_spot_and_up()
+        any_up = b.spot_available.any(axis=1)
+        best_up = np.argmin(np.where(b.spot_available, loss, np.inf), axis=1)
+        zone = np.where(riding, b.zone, best_up)
+        on_od = b.market == Action.ON_DEMAND
+        short = b.slack_h < b.safety_h
+        if not (math.isfinite(b.deadline_h) and math.isfinite(b.work_total_h)):
+            od = on_od & ~any_up
+            return choose_actions(n, od, (riding | any_up) & ~od, zone)
+
+        ride_zone = np.where(any_up, zone, np.argmin(loss, axis=1))
+        ride_loss = loss[rows, ride_zone]
+        others_down = np.where(np.arange(loss.shape[1])[None, :] == ride_zone[:, None], 1.0, 1.0 - share)
+        failover = 1.0 - np.prod(others_down, axis=1)
+        p_any = (b.any_available_h + 0.5 * (self.prior_up_h + self.prior_down_h)) / (
+            b.observed_h + self.prior_up_h + self.prior_down_h
+        )
+        seen = ride_loss * (1.0 - failover) * p_any / np.maximum(1.0 - p_any, 1e-6)
+        any_recovery = np.minimum(recovery.sum(axis=1), seen)
+
+        grid = PlanGrid.for_job(
+            b.deadline_h, b.work_total_h, b.changeover_h, b.tick_h, b.spot_price, b.on_demand_price
+        )
+        situation = np.where(on_od, np.where(any_up, OD_UP, OD_DOWN), np.where(any_up, IDLE_UP, IDLE_DOWN))
+        planned = plan_cache(grid).lookup(
+            ride_loss, failover, any_recovery, np.maximum(b.time_left_h, 0.0), b.slack_h, situation
+        )
+        od = (short & ~riding) | (~riding & (planned == Action.ON_DEMAND))
+        spot = riding | (any_up & (planned == Action.SPOT) & ~od)
+        return choose_actions(n, od, spot, zone)
+
+    def zone_rates(self, b: MarketBatch) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """Per row and zone: rate (per hour) of losing spot, of getting it back, and its time share."""
+        up_h = b.available_h
+        down_h = np.maximum(b.observed_h[:, None] - up_h, 0.0)
+        ended_up = np.maximum(b.up_runs - b.spot_available, 0.0)
+        ended_down = np.maximum(b.up_runs - 0.5, 0.0)  # up and down runs alternate
+        loss: FloatArray = (ended_up + 1.0) / (up_h + self.prior_up_h)
+        recovery: FloatArray = (ended_down + 1.0) / (down_h + self.prior_down_h)
+        share: FloatArray = recovery / (loss + recovery)
+        return loss, recovery, share

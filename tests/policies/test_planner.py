@@ -1,0 +1,127 @@
+"""plan-ahead's dynamic program against a brute-force recursion over every action, on tiny grids."""
+
+from __future__ import annotations
+
+import math
+from functools import cache
+
+import numpy as np
+import pytest
+
+from orchestrator.policies.context import Action
+from orchestrator.policies.planner import IDLE_DOWN, IDLE_UP, OD_DOWN, OD_UP, MarketModel, PlanGrid, plan
+
+INF = math.inf
+
+
+def brute_force_q(grid: PlanGrid, model: MarketModel):  # type: ignore[no-untyped-def]
+    """Q(time left, slack, situation) -> {action: expected cost}, by plain recursion (whole-step
+    changeovers only)."""
+    c = round(grid.changeover_steps)
+    dt = grid.step_h
+    ps, po = grid.spot_price * dt, grid.on_demand_price * dt
+
+    def up_after(steps: int, up_now: bool) -> float:
+        rate = model.up_loss + model.recovery
+        decay = math.exp(-rate * steps * dt)
+        p_uu = (model.recovery + model.up_loss * decay) / rate
+        p_du = model.recovery * (1.0 - decay) / rate
+        return p_uu if up_now else p_du
+
+    @cache
+    def value(tau: int, s: int, state: str, up: bool) -> float:
+        """state: idle, od (warm on-demand) or ride (riding spot, zone up)."""
+        if s < 0 or tau < s:
+            return INF
+        if tau == s:  # no work left
+            return 0.0
+        if state == "ride":
+            surv = math.exp(-model.ride_loss * dt)
+            lost = model.failover * value(tau - 1, s, "idle", True) + (1 - model.failover) * value(
+                tau - 1, s, "idle", False
+            )
+            return ps + surv * value(tau - 1, s, "ride", True) + (1 - surv) * lost
+        return min(q_values(tau, s, state, up).values())
+
+    def mix(p_up: float, a: float, b: float) -> float:
+        """p_up * a + (1 - p_up) * b, where an outcome of probability 0 does not count."""
+        return (p_up * a if p_up > 0 else 0.0) + ((1.0 - p_up) * b if p_up < 1 else 0.0)
+
+    def q_values(tau: int, s: int, state: str, up: bool) -> dict[int, float]:
+        p1 = up_after(1, up)
+        q = {
+            int(Action.WAIT): mix(
+                p1, value(tau - 1, s - 1, "idle", True), value(tau - 1, s - 1, "idle", False)
+            )
+        }
+        if up:
+            surv_c = math.exp(-model.ride_loss * c * dt)
+            lost = mix(
+                model.failover, value(tau - c, s - c, "idle", True), value(tau - c, s - c, "idle", False)
+            )
+            q[int(Action.SPOT)] = c * ps + mix(surv_c, value(tau - c, s - c, "ride", True), lost)
+        if state == "od":
+            q[int(Action.ON_DEMAND)] = po + mix(
+                p1, value(tau - 1, s, "od", True), value(tau - 1, s, "od", False)
+            )
+        else:
+            pc = up_after(c, up)
+            q[int(Action.ON_DEMAND)] = c * po + mix(
+                pc, value(tau - c, s - c, "od", True), value(tau - c, s - c, "od", False)
+            )
+        return q
+
+    return q_values
+
+
+SITUATIONS = {
+    IDLE_UP: ("idle", True),
+    IDLE_DOWN: ("idle", False),
+    OD_UP: ("od", True),
+    OD_DOWN: ("od", False),
+}
+
+
+@pytest.mark.parametrize(
+    ("changeover", "model"),
+    [
+        (1, MarketModel(ride_loss=0.5, failover=0.0, up_loss=0.5, recovery=0.3)),
+        (1, MarketModel(ride_loss=0.1, failover=0.6, up_loss=0.04, recovery=1.0)),
+        (2, MarketModel(ride_loss=1.5, failover=0.0, up_loss=1.5, recovery=0.1)),
+        (2, MarketModel(ride_loss=0.3, failover=0.3, up_loss=0.2, recovery=0.5)),
+    ],
+)
+def test_planned_action_is_optimal(changeover: int, model: MarketModel) -> None:
+    grid = PlanGrid(step_h=0.5, time_steps=14, slack_steps=7, changeover_steps=float(changeover),
+                    spot_price=1.0, on_demand_price=3.0)  # fmt: skip
+    table = plan(grid, [model])[0]
+    q_values = brute_force_q(grid, model)
+    checked = 0
+    for tau in range(grid.time_steps):
+        for s in range(min(tau, grid.slack_steps)):
+            for situation, (state, up) in SITUATIONS.items():
+                q = q_values(tau, s, state, up)
+                best = min(q.values())
+                if best == INF:
+                    continue
+                chosen = int(table[tau, s, situation])
+                assert q.get(chosen, INF) == pytest.approx(best, rel=1e-9, abs=1e-9), (tau, s, situation, q)
+                checked += 1
+    assert checked > 100
+
+
+def test_planning_batches_models_independently() -> None:
+    grid = PlanGrid(0.5, 12, 6, 1.0, 1.0, 3.0)
+    models = [MarketModel(0.5, 0.0, 0.5, 0.3), MarketModel(0.05, 0.0, 0.05, 2.0)]
+    both = plan(grid, models)
+    assert np.array_equal(both[0], plan(grid, models[:1])[0])
+    assert np.array_equal(both[1], plan(grid, models[1:])[0])
+    # spot that rarely goes away and comes back fast: with slack, idle waits rather than on-demand
+    assert both[1][10, 4, IDLE_DOWN] == Action.WAIT
+
+
+def test_grid_never_coarser_than_the_changeover() -> None:
+    grid = PlanGrid.for_job(70.0, 48.0, 0.2, 195 / 3600, 0.9, 3.0)
+    assert grid.changeover_steps >= 1.0 and grid.time_steps <= 402
+    fine = PlanGrid.for_job(52.0, 48.0, 0.05, 195 / 3600, 0.9, 3.0)
+    assert fine.step_h == pytest.approx(195 / 3600, rel=1e-6)

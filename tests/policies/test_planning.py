@@ -1,0 +1,86 @@
+"""plan-ahead's decisions in hand-made situations, from the context alone."""
+
+from __future__ import annotations
+
+import math
+
+from orchestrator.policies import planner
+from orchestrator.policies.context import MarketContext, ZoneHistory
+from orchestrator.policies.market import market_policy
+
+
+def watched(hours: float, pattern: list[dict[str, bool]], tick_h: float = 0.1) -> ZoneHistory:
+    """``hours`` of history repeating ``pattern`` tick by tick."""
+    h = ZoneHistory.empty()
+    for t in range(round(hours / tick_h)):
+        h = h.updated(tick_h, pattern[t % len(pattern)])
+    return h
+
+
+def ctx(
+    *, elapsed: float, done: float, up: dict[str, bool], history: ZoneHistory,
+    market: str | None = None, zone: str | None = None, deadline: float = 60.0, total: float = 48.0,
+) -> MarketContext:  # fmt: skip
+    return MarketContext(
+        elapsed_h=elapsed, deadline_h=deadline, work_done_h=done, work_total_h=total, changeover_h=0.2,
+        tick_h=0.1, spot_price=0.9, on_demand_price=3.0, zones=list(up), spot_available=up,
+        current_market=market, current_zone=zone, history=history,
+    )  # fmt: skip
+
+
+def decide(c: MarketContext) -> tuple[str | None, str | None]:
+    d = market_policy("plan-ahead").decide(c)
+    return d.market, d.zone
+
+
+DOWN = {"a": False, "b": False}
+
+
+def test_waits_while_the_slack_covers_the_downtime_to_come() -> None:
+    # spot in a: 4.5 h up, 0.5 h down, again and again: about 5 h down in the 50 h left
+    often = watched(10.0, [{"a": t < 45, "b": False} for t in range(50)])
+    # now down with 10 h of slack: wait; with 4 h of slack: on-demand now, keeping slack for later
+    assert decide(ctx(elapsed=10.0, done=8.0, up=DOWN, history=often)) == (None, None)
+    assert decide(ctx(elapsed=10.0, done=2.0, up=DOWN, history=often)) == ("on-demand", None)
+
+
+def test_rides_spot_and_launches_in_the_zone_with_the_longest_runs() -> None:
+    hist = watched(10.0, [{"a": t % 2 == 0, "b": True} for t in range(2)])
+    up = {"a": True, "b": True}
+    assert decide(ctx(elapsed=10.0, done=8.0, up=up, history=hist)) == ("spot", "b")
+    assert decide(ctx(elapsed=10.0, done=8.0, up=up, history=hist, market="spot", zone="a")) == ("spot", "a")
+
+
+def test_stays_on_demand_for_short_spot_runs_and_leaves_for_long_ones() -> None:
+    # a's runs last 0.1 h: leaving on-demand costs two changeovers for almost no spot
+    short = watched(10.0, [{"a": t % 4 == 0, "b": False} for t in range(4)])
+    on_od = {"market": "on-demand", "up": {"a": True, "b": False}}
+    assert decide(ctx(elapsed=10.0, done=4.0, history=short, **on_od)) == ("on-demand", None)  # type: ignore[arg-type]
+    long = watched(10.0, [{"a": t < 45, "b": False} for t in range(50)])
+    assert decide(ctx(elapsed=10.0, done=4.0, history=long, **on_od)) == ("spot", "a")  # type: ignore[arg-type]
+
+
+def test_safety_net_and_no_deadline() -> None:
+    hist = watched(5.0, [{"a": True, "b": True}])
+    # 0.45 h of slack < two changeovers and a tick: on-demand whatever the plan says
+    assert decide(ctx(elapsed=11.55, done=0.0, deadline=60.0, total=48.45, up=DOWN, history=hist)) == (
+        "on-demand",
+        None,
+    )
+    free = ctx(elapsed=1.0, done=0.0, deadline=math.inf, up={"a": False, "b": True}, history=hist)
+    assert decide(free) == ("spot", "b")
+    assert decide(ctx(elapsed=1.0, done=0.0, deadline=math.inf, up=DOWN, history=hist)) == (None, None)
+
+
+def test_a_restarted_controller_decides_the_same() -> None:
+    hist = watched(12.0, [{"a": t % 7 < 3, "b": t % 11 < 2} for t in range(77)])
+    cases = [
+        ctx(elapsed=12.0, done=d, up=up, history=hist, market=m)
+        for d in (1.0, 5.0, 9.0)
+        for up in (DOWN, {"a": True, "b": False})
+        for m in (None, "on-demand")
+    ]
+    first = [decide(c) for c in cases]
+    planner._CACHES.clear()  # a new process: no planning table cached
+    assert [decide(c) for c in cases] == first
+    assert len(set(first)) > 1

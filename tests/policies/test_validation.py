@@ -1,0 +1,77 @@
+"""Leave-one-set-out on a reduced grid, and the synthetic traces it runs on.
+
+The issue's aim (never more than 0.005 of the on-demand cost above the best baseline in any row) is
+not met by any policy on held-out data (see docs/policies.md), so the default stays reserve-slack.
+This check pins what does hold on a reduced grid: every policy meets every deadline, and plan-ahead,
+scored on sets held out from its choice, is above the tolerance in at most one row of 18 (by at
+most 0.03) where reserve-slack, the default, is above it in several.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from orchestrator.policies import synthetic
+from orchestrator.policies.market import DEFAULT_POLICY, market_policy
+from orchestrator.policies.planning import PlanAheadPolicy
+from orchestrator.policies.validation import (
+    BASELINES,
+    SETTINGS,
+    JobSetting,
+    evaluate_rows,
+    leave_one_set_out,
+    summarise,
+)
+
+# log-normal run fits like those of the shared AWS traces: a zone with spot 30 % and one 75 % of the time
+FITS = [
+    synthetic.RunFit(up_mu=-0.5, up_sigma=1.2, down_mu=0.3, down_sigma=1.3),
+    synthetic.RunFit(up_mu=0.3, up_sigma=1.7, down_mu=-0.6, down_sigma=1.0),
+]
+
+
+def test_held_out_rows_on_a_reduced_grid() -> None:
+    sets = {
+        regime: [synthetic.trace_set(regime, FITS, seed=3, days=5.0, tick_h=0.1)[i] for i in (0, 3)]
+        for regime in ("fitted", "long-outages", "fail-together")
+    }
+    policies = {name: market_policy(name) for name in (*BASELINES, DEFAULT_POLICY, PlanAheadPolicy.name)}
+    settings = [SETTINGS[0], SETTINGS[2], JobSetting(2.0, 0.5, 0.2)]
+    rows = evaluate_rows(sets, policies, settings, starts=12, seed=1)
+    folds = leave_one_set_out(rows, [PlanAheadPolicy.name])
+    assert {f.trace_set for f in folds} == set(sets)
+    held = [(r, f.chosen) for f in folds for r in f.rows]
+    assert len(held) == 18
+    for r in rows:
+        assert all(met == 1.0 for met in r.met.values()), (r.group, r.setting.label, r.met)
+    planned = summarise(held)
+    default = summarise([(r, DEFAULT_POLICY) for r, _ in held])
+    assert planned.min_met == 1.0 and planned.above_tolerance <= 1 and planned.worst_regret <= 0.03
+    assert default.above_tolerance > planned.above_tolerance
+    assert planned.mean_share > default.mean_share
+
+
+def test_synthetic_traces_are_seeded_and_show_their_regime() -> None:
+    a = synthetic.zones_for("fail-together", FITS, 6, 10.0, seed=5)
+    assert np.array_equal(a.counts, synthetic.zones_for("fail-together", FITS, 6, 10.0, seed=5).counts)
+    assert not np.array_equal(a.counts, synthetic.zones_for("fail-together", FITS, 6, 10.0, seed=6).counts)
+    # zones failing together: often all down at once, far more than independent zones would be
+    up = a.counts.astype(bool)
+    all_down = float(np.mean(~up.any(axis=0)))
+    independent = float(np.prod(1.0 - up.mean(axis=1)))
+    assert all_down > 3 * independent
+    outages = synthetic.zones_for("long-outages", FITS, 1, 20.0, seed=5).counts[0].astype(bool)
+    _, downs = synthetic.runs(outages)
+    assert downs.max() * synthetic.TICK_H >= 12.0
+
+
+def test_fit_recovers_run_lengths() -> None:
+    rng = np.random.default_rng(0)
+    fit = synthetic.RunFit(math.log(2.0), 0.5, math.log(0.5), 0.5)
+    up = synthetic.semi_markov(fit, 40_000, rng, synthetic.TICK_H)
+    got = synthetic.fit_zone(up, synthetic.TICK_H)
+    assert got.up_mu == pytest.approx(math.log(2.0), abs=0.1)
+    assert got.down_mu == pytest.approx(math.log(0.5), abs=0.1)
