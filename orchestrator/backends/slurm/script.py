@@ -15,8 +15,12 @@ before they checkpoint):
   controller, ``requeue_on_notice=False``: exit with the step's "preempted" code instead, and the
   controller places the next attempt, maybe on the other partition);
 * USR2 (:meth:`SlurmBackend.stop`): forward, wait, then cancel the job (CANCELLED, no requeue);
-* TERM (``scancel``, or SLURM preempting the job, which requeues it by itself under
-  ``PreemptMode=REQUEUE``): forward, wait, exit with the step's code.
+* TERM (``scancel``): forward, wait, exit with the step's code.
+
+SLURM preempting the job (``PreemptMode=REQUEUE`` with a partition ``GraceTime``) sends SIGTERM to
+the step's tasks only; the training checkpoints and exits, and the shell, seeing ``PreemptTime`` in
+``scontrol show job``, handles it as USR1 (SLURM itself requeues only a job still running when the
+grace ends).
 
 A step that exits with :data:`~orchestrator.contract.PREEMPTED_EXIT_CODE` by itself (a notice file
 from the monitor) is handled like USR1; a step that finished (exit code 0) is never requeued or cancelled.
@@ -175,6 +179,12 @@ while :; do
     rc=$?
     kill -0 "$step_pid" 2>/dev/null || break
 done
+# SLURM preempting the job (PreemptMode=REQUEUE with a GraceTime) signals the step, not this shell,
+# and requeues only a job still running when the grace ends: a step that checkpointed and exited
+# early is a notice all the same.
+if [[ $rc -ne 0 && -z $notice ]] && scontrol show job -o "$SLURM_JOB_ID" 2>/dev/null | grep -q "PreemptTime=[0-9]"; then
+    notice=requeue
+fi
 echo "end $SLURM_JOB_ID ${SLURM_RESTART_COUNT:-0} $(date +%s) $rc $notice" >>"$runs_file"
 if [[ $rc -ne 0 && ( $notice == requeue || ( $rc -eq PREEMPTED && -z $notice ) ) ]]; then
     if [[ $requeue_on_notice == 0 ]]; then  # torchrun exits 1 whatever its workers' codes were
