@@ -20,7 +20,10 @@ import pytest
 import torch
 import yaml
 
+from orchestrator.backends.slurm import SlurmBackend, SlurmClusterConfig, status_from_slurm
 from orchestrator.backends.slurm import commands as slurm
+from orchestrator.backends.slurm.placements import request_for
+from orchestrator.spec.loader import load_spec_file
 from orchestrator.state.records import JobRecord
 from orchestrator.state.status import JobStatus
 from orchestrator.state.store import JobStore
@@ -237,3 +240,40 @@ def test_a_controller_killed_during_a_two_node_attempt_never_submits_twice(
     assert collections.Counter(a for _, a, _ in steps_log(gpuctl_env, job_id)) == {"1": steps}
     [segment] = JobStore(Path(gpuctl_env["GPUCTL_HOME"])).segments(job_id)
     assert segment.nodes == 2 and segment.end_reason == "finished"
+
+
+def test_gpuctl_sbatch_runs_two_nodes_and_slurm_requeue_resumes_a_preempted_job(
+    slurm_cluster: Path, cluster_config: SlurmClusterConfig, tmp_path: Path
+) -> None:
+    """Without the controller (`gpuctl sbatch`): partition preemption is SLURM's own requeue."""
+    backend = SlurmBackend(cluster_config)
+    steps = 50
+    spec = load_spec_file(job_file(tmp_path, "sbatch2", steps=steps, market={"mode": "spot"}))
+    req = request_for(spec, "sbatch2-t", tmp_path / "sbatch2", cluster_config)
+    backend.launch(req)
+    log = Path(req.checkpoint_dir) / "steps.log"
+
+    def rows() -> list[list[str]]:
+        return [line.split() for line in log.read_text().splitlines()] if log.exists() else []
+
+    deadline = time.monotonic() + 150
+    while not any(int(r[1]) >= 10 for r in rows()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    subprocess.run(
+        ["sbatch", "--partition=urgent", "--nodes=2", "--gres=gpu:fake:4", f"--output={tmp_path}/urgent.out",
+         "--wrap=sleep 3"],
+        capture_output=True, check=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 200
+    while time.monotonic() < deadline:
+        job = backend.find(req.job_id)
+        if job is not None and job.finished:
+            break
+        time.sleep(0.5)
+    assert job is not None and job.state == "COMPLETED" and job.node_count == 2 and job.restarts == 1
+    counts = collections.Counter(r[3] for r in rows())
+    assert set(counts) == {"1", "2"} and counts.total() == steps, counts  # 0 steps lost
+    assert {int(r[5]) for r in rows()} == {4}
+    status = status_from_slurm(req.job_id, cluster_config)
+    assert status.status is JobStatus.SUCCEEDED and status.attempts == 2
+    assert [s.gpus for s in status.segments] == [4, 4]
