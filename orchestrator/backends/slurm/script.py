@@ -320,7 +320,9 @@ def render_batch_job(
     elastic = request.min_nodes != request.max_nodes
     torchrun_args = [
         # elastic: from the spec's minimum up to the nodes SLURM gave; survivors of a lost node go on
-        f'--nnodes={int(request.min_nodes)}:"$SLURM_JOB_NUM_NODES"' if elastic else '--nnodes="$SLURM_JOB_NUM_NODES"',
+        f'--nnodes={int(request.min_nodes)}:"$SLURM_JOB_NUM_NODES"'
+        if elastic
+        else '--nnodes="$SLURM_JOB_NUM_NODES"',
         f"--nproc-per-node={int(request.placement.gpus_per_node)}",
         f"--max-restarts={100 if elastic else 0}",
         "--rdzv-backend=c10d",

@@ -175,7 +175,7 @@ def test_stop_checkpoints_and_cancels(
     backend.stop(req.job_id, req.attempt, req.node_ids, grace_s=5)  # idempotent
 
 
-def test_elastic_job_runs_on_the_one_node(
+def test_elastic_sbatch_job_runs_on_the_nodes_slurm_gives(
     backend: SlurmBackend, cluster_config: SlurmClusterConfig, tmp_path: Path
 ) -> None:
     req = make_request(
@@ -190,7 +190,7 @@ def test_elastic_job_runs_on_the_one_node(
     obs = wait_until(backend, req, finished)
     assert [n.phase for n in obs.nodes] == [NodePhase.SUCCEEDED, NodePhase.SUCCEEDED]
     job = backend.find(req.job_id)
-    assert job is not None and job.node_count == 1
+    assert job is not None and job.node_count == 1  # SLURM gives MIN of MIN-MAX when nothing asks for more
 
 
 def test_spec_values_reach_the_job_literally(
