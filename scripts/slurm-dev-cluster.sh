@@ -249,6 +249,12 @@ stop() {
     local file
     for file in "$dir"/run/slurmd-*.pid "$dir/run/slurmd.pid"; do stop_pid "$file"; done
     stop_pid "$dir/run/slurmctld.pid"
+    # Job steps whose slurmd is gone (slurmstepd outlives it): this cluster's carry its SLURM_CONF.
+    local proc
+    for proc in /proc/[0-9]*; do
+        [[ $(cat "$proc/comm" 2>/dev/null) == slurmstepd ]] || continue
+        tr '\0' '\n' <"$proc/environ" 2>/dev/null | grep -qx "SLURM_CONF=$conf" && kill -KILL "${proc#/proc/}" 2>/dev/null || true
+    done
     stop_pid "$dir/run/slurmdbd.pid"
     stop_pid "$dir/run/mariadb.pid"
     stop_pid "$dir/run/munged.pid"

@@ -229,8 +229,11 @@ exit "$rc"
 """
 
 
-ELASTIC_RDZV_CONF = "last_call_timeout=5,join_timeout=300,keep_alive_interval=1,keep_alive_max_attempt=3"
-"""torchrun's rendezvous settings for an elastic job: a lost node is noticed in about 3 s."""
+ELASTIC_RDZV_CONF = "last_call_timeout=15,join_timeout=300,keep_alive_interval=1,keep_alive_max_attempt=3"
+"""torchrun's rendezvous settings for an elastic job: a lost node is noticed in about 3 s. The
+rendezvous closes at once when all the job's nodes joined; the last call (15 s) only matters when
+fewer than that come (a survivor alone), and keeps a node that is slow to start on a busy machine in
+the first world."""
 
 
 def rendezvous_conf(request: LaunchRequest) -> str:
