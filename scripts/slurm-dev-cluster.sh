@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
-# A single-node SLURM cluster for development and tests: munge, slurmctld and slurmd run as root
-# with all their config, state, sockets and logs under DIR. No cgroups; four fake GPUs (GRES type
-# "fake") made from character devices. Accounting (so `sacct` works): slurmdbd with a MariaDB of its
+# A multi-node SLURM cluster on this one host, for development and tests: munge, slurmctld and N
+# slurmd daemons (SLURM_DEV_NODES, default 2, at most 4) run as root with all their config, state,
+# sockets and logs under DIR. Each node is its own NodeName (dev1..devN) with its own Port=, the
+# host's NodeHostname and NodeAddr=127.0.0.1, per-node spool/pid/log files (%n) and is started as
+# `slurmd -N NAME`. No cgroups; four fake GPUs per node (GRES type "fake") made from character
+# devices. Partitions over every node: ondemand (default), spot (preemptible: PreemptMode=REQUEUE,
+# GraceTime=SLURM_DEV_GRACE_S, default 20 s, during which the job has its SIGTERM notice) and urgent
+# (PriorityTier=10: a job there preempts spot jobs; PreemptType=preempt/partition_prio). Accounting (so `sacct` works): slurmdbd with a MariaDB of its
 # own under DIR, when slurmdbd and mariadb-server are installed (SLURM_DEV_ACCOUNTING=0 turns it off).
 #
 #   scripts/slurm-dev-cluster.sh start DIR    install slurm-wlm, munge, slurmdbd, mariadb-server if
@@ -11,8 +16,8 @@
 #   scripts/slurm-dev-cluster.sh status DIR   daemons' PIDs and `sinfo`
 #   scripts/slurm-dev-cluster.sh stop DIR     stop the daemons (TERM, then KILL after 5 s)
 #
-# Environment: SLURM_DEV_PORT (slurmctld port, default 16817; slurmd, slurmdbd and MariaDB use the
-# next three).
+# Environment: SLURM_DEV_PORT (slurmctld port, default 16817; slurmdbd and MariaDB use +2 and +3,
+# node K's slurmd +10+K), SLURM_DEV_NODES (2), SLURM_DEV_GRACE_S (20).
 # Clients need SLURM_CONF=DIR/etc/slurm.conf.
 set -euo pipefail
 
@@ -21,6 +26,9 @@ usage() { echo "usage: $0 start|stop|status DIR" >&2; exit 2; }
 action=$1
 dir=$(mkdir -p "$2" && cd "$2" && pwd)
 port=${SLURM_DEV_PORT:-16817}
+nodes=${SLURM_DEV_NODES:-2}
+[[ $nodes =~ ^[1-4]$ ]] || { echo "SLURM_DEV_NODES must be 1 to 4 (got $nodes)" >&2; exit 2; }
+grace=${SLURM_DEV_GRACE_S:-20}
 conf=$dir/etc/slurm.conf
 export SLURM_CONF=$conf
 
@@ -46,39 +54,41 @@ install_packages() {
     apt-get install -y -qq -o DPkg::Lock::Timeout=300 "${need[@]}" >/dev/null
 }
 
+node_names() { seq -f "dev%g" 1 "$nodes"; }
+
 write_config() {
-    local host cpus mem
+    local host cpus mem name k last
     host=$(hostname -s)
-    # Advertise at least 8 CPUs (config_overrides lets slurmd accept more than the machine has):
-    # tests run a few small jobs side by side on 2-core machines.
+    # Advertise at least 8 CPUs per node (config_overrides lets slurmd accept more than the machine
+    # has): tests run a few small jobs side by side on 2-core machines.
     cpus=$(nproc); (( cpus < 8 )) && cpus=8
     mem=$(( $(awk '/MemTotal/ {print $2}' /proc/meminfo) / 1024 / 2 ))
     (( mem < 4096 )) && mem=4096
     mkdir -p "$dir"/{etc,munge,state,spool,log,run,dev}
     chmod 700 "$dir/munge"
-    for i in 0 1 2 3; do
-        [[ -c $dir/dev/gpu$i ]] || { rm -f "$dir/dev/gpu$i"; mknod "$dir/dev/gpu$i" c 1 3; }
+    echo "AutoDetect=off" >"$dir/etc/gres.conf"
+    for name in $(node_names); do
+        for k in 0 1 2 3; do
+            [[ -c $dir/dev/$name-gpu$k ]] || { rm -f "$dir/dev/$name-gpu$k"; mknod "$dir/dev/$name-gpu$k" c 1 3; }
+        done
+        echo "NodeName=$name Name=gpu Type=fake File=$dir/dev/$name-gpu[0-3]" >>"$dir/etc/gres.conf"
     done
-    cat >"$dir/etc/gres.conf" <<GRES
-AutoDetect=off
-Name=gpu Type=fake File=$dir/dev/gpu[0-3]
-GRES
+    last=dev$nodes
     cat >"$conf" <<CONF
 ClusterName=gpuctldev
 SlurmctldHost=$host
 SlurmUser=root
 SlurmdUser=root
 SlurmctldPort=$port
-SlurmdPort=$((port + 1))
 AuthType=auth/munge
 CredType=cred/munge
 AuthInfo=socket=$dir/munge/munge.socket,cred_expire=10
 StateSaveLocation=$dir/state
-SlurmdSpoolDir=$dir/spool
+SlurmdSpoolDir=$dir/spool/%n
 SlurmctldPidFile=$dir/run/slurmctld.pid
-SlurmdPidFile=$dir/run/slurmd.pid
+SlurmdPidFile=$dir/run/slurmd-%n.pid
 SlurmctldLogFile=$dir/log/slurmctld.log
-SlurmdLogFile=$dir/log/slurmd.log
+SlurmdLogFile=$dir/log/slurmd-%n.log
 SlurmdParameters=config_overrides
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
@@ -89,6 +99,8 @@ MpiDefault=none
 JobRequeue=1
 ReturnToService=1
 SchedulerParameters=sched_interval=2,bf_interval=1
+PreemptType=preempt/partition_prio
+PreemptMode=REQUEUE
 MinJobAge=3600
 KillWait=10
 SlurmdTimeout=30
@@ -96,9 +108,16 @@ InactiveLimit=0
 $(accounting_lines)
 JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/none
-NodeName=$host CPUs=$cpus RealMemory=$mem Gres=gpu:fake:4 State=UNKNOWN
-PartitionName=ondemand Nodes=$host Default=YES MaxTime=INFINITE State=UP
-PartitionName=spot Nodes=$host Default=NO MaxTime=INFINITE State=UP
+CONF
+    k=0
+    for name in $(node_names); do
+        k=$((k + 1))
+        echo "NodeName=$name NodeHostname=$host NodeAddr=127.0.0.1 Port=$((port + 10 + k)) CPUs=$cpus RealMemory=$mem Gres=gpu:fake:4 State=UNKNOWN" >>"$conf"
+    done
+    cat >>"$conf" <<CONF
+PartitionName=ondemand Nodes=dev[1-$nodes] Default=YES MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=OFF
+PartitionName=spot Nodes=dev[1-$nodes] Default=NO MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE GraceTime=$grace
+PartitionName=urgent Nodes=dev[1-$nodes] Default=NO MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF
 CONF
     # gpuctl's cluster config for this cluster: every GPU name runs on the fake GPUs.
     cat >"$dir/etc/gpuctl-slurm.yaml" <<GPUCTL
@@ -191,22 +210,24 @@ start() {
         --log-file="$dir/log/munged.log" --seed-file="$dir/munge/munge.seed"
     accounting && start_accounting
     slurmctld -f "$conf"
-    slurmd -f "$conf"
-    local host state i
-    host=$(hostname -s)
+    local name idle i
+    for name in $(node_names); do
+        mkdir -p "$dir/spool/$name"
+        pid_alive "$dir/run/slurmd-$name.pid" || slurmd -f "$conf" -N "$name"
+    done
     for i in $(seq 1 60); do
-        state=$(sinfo -h -n "$host" -o %t 2>/dev/null | head -n1 || true)
-        if [[ $state == idle ]]; then
-            log "node $host is idle (cluster in $dir)"
+        idle=$(sinfo -h -N -p ondemand -t idle -o %N 2>/dev/null | sort -u | wc -l || true)
+        if (( idle == nodes )); then
+            log "$nodes nodes idle (cluster in $dir)"
             print_exports
             return
         fi
-        if [[ $state == down* || $state == drain* ]]; then
-            scontrol update NodeName="$host" State=RESUME >/dev/null 2>&1 || true
-        fi
+        for name in $(sinfo -h -N -p ondemand -t down,drain -o %N 2>/dev/null | sort -u); do
+            scontrol update NodeName="$name" State=RESUME >/dev/null 2>&1 || true
+        done
         sleep 0.5
     done
-    log "the node did not become idle in 30 s; see $dir/log/slurmctld.log and $dir/log/slurmd.log"
+    log "the nodes did not become idle in 30 s; see $dir/log/slurmctld.log and $dir/log/slurmd-*.log"
     exit 1
 }
 
@@ -225,8 +246,15 @@ stop_pid() {
 stop() {
     # Jobs first, so no step outlives the daemons.
     pid_alive "$dir/run/slurmctld.pid" && scancel --full --quiet --user=root 2>/dev/null || true
-    stop_pid "$dir/run/slurmd.pid"
+    local file
+    for file in "$dir"/run/slurmd-*.pid "$dir/run/slurmd.pid"; do stop_pid "$file"; done
     stop_pid "$dir/run/slurmctld.pid"
+    # Job steps whose slurmd is gone (slurmstepd outlives it): this cluster's carry its SLURM_CONF.
+    local proc
+    for proc in /proc/[0-9]*; do
+        [[ $(cat "$proc/comm" 2>/dev/null) == slurmstepd ]] || continue
+        tr '\0' '\n' <"$proc/environ" 2>/dev/null | grep -qx "SLURM_CONF=$conf" && kill -KILL "${proc#/proc/}" 2>/dev/null || true
+    done
     stop_pid "$dir/run/slurmdbd.pid"
     stop_pid "$dir/run/mariadb.pid"
     stop_pid "$dir/run/munged.pid"
@@ -235,7 +263,7 @@ stop() {
 
 status() {
     local name
-    for name in munged mariadb slurmdbd slurmctld slurmd; do
+    for name in munged mariadb slurmdbd slurmctld $(node_names | sed 's/^/slurmd-/'); do
         if pid_alive "$dir/run/$name.pid"; then
             echo "$name: running (pid $(cat "$dir/run/$name.pid"))"
         else

@@ -25,7 +25,10 @@ def test_the_job_runs_the_quickstart_training_without_a_copy() -> None:
     spec = load_spec_file(EXAMPLE / "job.yaml")
     assert Path(spec.workdir) == QUICKSTART
     assert spec.command_argv[0] == "train.py" and not (EXAMPLE / "train.py").exists()
-    assert spec.resources.max_nodes == 1  # the dev cluster has one node
+    assert spec.resources.max_nodes == 1
+    two = load_spec_file(EXAMPLE / "job-2-nodes.yaml")
+    assert two.resources.max_nodes == 2 and two.command_argv == spec.command_argv
+    assert Path(two.workdir) == QUICKSTART
     quickstart = load_spec_file(QUICKSTART / "job.yaml")
     assert spec.command_argv == quickstart.command_argv
     assert (
@@ -42,7 +45,8 @@ def test_the_cluster_config_names_what_the_dev_cluster_has() -> None:
     partitions = set(re.findall(r"PartitionName=(\w+)", script))
     assert config.gres_type(spec.resources.gpu_types[0]) == gres
     assert spec.resources.gpus_per_node <= int(count)
-    assert {config.partition(MarketKind.SPOT), config.partition(MarketKind.ON_DEMAND)} == partitions
+    assert {config.partition(MarketKind.SPOT), config.partition(MarketKind.ON_DEMAND)} < partitions
+    assert "spot" in re.findall(r"PartitionName=(\w+) .*GraceTime", script)  # preemptible, with a grace
     assert config.price_per_gpu_hour(gres, config.partition(MarketKind.SPOT)) > 0
 
 

@@ -17,9 +17,10 @@ Two modes:
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 from orchestrator import contract
@@ -57,6 +58,16 @@ def attempt_of(job: SlurmJob) -> int | None:
 def gpu_type_of(job: SlurmJob) -> str | None:
     parts = job.comment.split(":")
     return parts[3] if len(parts) == 4 and parts[0] == "gpuctl" else None
+
+
+def _indexed(node_ids: Sequence[str]) -> list[tuple[int, str]]:
+    """Each node id with its index in the attempt (the number it ends with: ``JOB-a1-n0``,
+    ``JOB-node0``); its position in ``node_ids`` when it ends with none."""
+    found = []
+    for position, node_id in enumerate(node_ids):
+        digits = re.search(r"(\d+)$", node_id)
+        found.append((int(digits.group(1)) if digits else position, node_id))
+    return found
 
 
 class SlurmBackend:
@@ -130,19 +141,23 @@ class SlurmBackend:
         phase = self.phase_of(job)
         ended = job.end_time if phase.ended else None
         running = job.node_count if phase is NodePhase.RUNNING else len(node_ids)
+        # Under the controller a running job with fewer nodes than asked for lost some (an elastic
+        # job runs with --no-kill: SLURM takes a failed node out of it and the survivors go on). The
+        # first nodes stay: SLURM keeps the batch host, whose loss would end the job.
+        missing = NodePhase.LOST if self.controller_owned else NodePhase.STARTING
         nodes = tuple(
             NodeObservation(
                 node_id,
-                phase if i < running else NodePhase.STARTING,
+                phase if index < running else missing,
                 exit_code=job.exit_code if phase.ended else None,
-                ended_at=ended,
+                ended_at=ended if index < running or not self.controller_owned else datetime.now(UTC),
                 queued=phase is NodePhase.STARTING and job.state == "PENDING",
                 wait_reason=f"queued in SLURM job {job.job_id} on partition {job.partition} "
                 f"(squeue reason: {job.reason or 'none given'})"
                 if job.state == "PENDING"
                 else None,
             )
-            for i, node_id in enumerate(node_ids)
+            for index, node_id in _indexed(node_ids)
         )
         progress = read_progress(progress_path(Path(job.stdout).parent)) if job.stdout else None
         return AttemptObservation(nodes, progress)
@@ -197,6 +212,8 @@ class SlurmBackend:
         job = self.find(job_id, attempt)
         if job is None or job.finished:
             return
+        if job.state == "RUNNING" and all(i >= job.node_count for i, _ in _indexed(node_ids)):
+            return  # only nodes SLURM already took out of the job (an elastic job's lost nodes)
         if job.state != "RUNNING" or grace_s <= 0:
             commands.cancel(job.job_id)  # queued, or no grace: nothing to wait for
             return

@@ -15,8 +15,12 @@ before they checkpoint):
   controller, ``requeue_on_notice=False``: exit with the step's "preempted" code instead, and the
   controller places the next attempt, maybe on the other partition);
 * USR2 (:meth:`SlurmBackend.stop`): forward, wait, then cancel the job (CANCELLED, no requeue);
-* TERM (``scancel``, or SLURM preempting the job, which requeues it by itself under
-  ``PreemptMode=REQUEUE``): forward, wait, exit with the step's code.
+* TERM (``scancel``): forward, wait, exit with the step's code.
+
+SLURM preempting the job (``PreemptMode=REQUEUE`` with a partition ``GraceTime``) sends SIGTERM to
+the step's tasks only; the training checkpoints and exits, and the shell, seeing ``PreemptTime`` in
+``scontrol show job``, handles it as USR1 (SLURM itself requeues only a job still running when the
+grace ends).
 
 A step that exits with :data:`~orchestrator.contract.PREEMPTED_EXIT_CODE` by itself (a notice file
 from the monitor) is handled like USR1; a step that finished (exit code 0) is never requeued or cancelled.
@@ -115,6 +119,7 @@ def sbatch_options(
         nodes = f"{request.min_nodes}-{request.max_nodes}"
     gres = _token(config.gres_type(placement.gpu_type), "GRES type")
     grace = max(1, math.ceil(spec.checkpoint.notice_grace_seconds))
+    elastic = request.min_nodes != request.max_nodes
     options = [
         f"--job-name={name}",
         f"--comment=gpuctl:{request.job_id}:{request.attempt}:{_token(placement.gpu_type, 'GPU type')}",
@@ -126,6 +131,8 @@ def sbatch_options(
         "--open-mode=append",
         f"--time={time_limit(request, config)}",
     ]
+    if elastic:  # a failed node leaves the job instead of ending it: the survivors keep training
+        options.append("--no-kill")
     if spec.resources.cpus_per_node:
         options.append(f"--cpus-per-task={math.ceil(spec.resources.cpus_per_node)}")
     if spec.resources.memory_gib_per_node:
@@ -172,6 +179,12 @@ while :; do
     rc=$?
     kill -0 "$step_pid" 2>/dev/null || break
 done
+# SLURM preempting the job (PreemptMode=REQUEUE with a GraceTime) signals the step, not this shell,
+# and requeues only a job still running when the grace ends: a step that checkpointed and exited
+# early is a notice all the same.
+if [[ $rc -ne 0 && -z $notice ]] && scontrol show job -o "$SLURM_JOB_ID" 2>/dev/null | grep -q "PreemptTime=[0-9]"; then
+    notice=requeue
+fi
 echo "end $SLURM_JOB_ID ${SLURM_RESTART_COUNT:-0} $(date +%s) $rc $notice" >>"$runs_file"
 if [[ $rc -ne 0 && ( $notice == requeue || ( $rc -eq PREEMPTED && -z $notice ) ) ]]; then
     if [[ $requeue_on_notice == 0 ]]; then  # torchrun exits 1 whatever its workers' codes were
@@ -216,13 +229,36 @@ exit "$rc"
 """
 
 
+ELASTIC_RDZV_CONF = "last_call_timeout=15,join_timeout=300,keep_alive_interval=1,keep_alive_max_attempt=3"
+"""torchrun's rendezvous settings for an elastic job: a lost node is noticed in about 3 s. The
+rendezvous closes at once when all the job's nodes joined; the last call (15 s) only matters when
+fewer than that come (a survivor alone), and keeps a node that is slow to start on a busy machine in
+the first world."""
+
+
+def rendezvous_conf(request: LaunchRequest) -> str:
+    """The line each node's task runs first: its torchrun ``--rdzv-conf`` (``PET_RDZV_CONF``).
+
+    Only the first node of the allocation (``GPUCTL_RDZV_HOST_NODE``, the batch host) hosts the c10d
+    store (``is_host=true``): torchrun's own guess (does the endpoint name this machine?) is true on
+    every node when several nodes share a host (the dev cluster), and the store could land on a node
+    whose loss would end the rendezvous of the survivors.
+    """
+    elastic = "," + ELASTIC_RDZV_CONF if request.min_nodes != request.max_nodes else ""
+    return (
+        'if [[ $SLURMD_NODENAME == "$GPUCTL_RDZV_HOST_NODE" ]]; then rdzv_host=true; else rdzv_host=false; fi\n'
+        f'export PET_RDZV_CONF="is_host=$rdzv_host{elastic}"\n'
+    )
+
+
 def node_wrapper(request: LaunchRequest, monitor: MonitorSettings) -> str:
     """The ``bash -c`` script each node's task runs (the launcher command line is its ``$@``)."""
+    rdzv = rendezvous_conf(request)
     if not monitor.enabled:
-        return f'export {contract.ENV_NODE_ID}="$GPUCTL_JOB_ID-$SLURMD_NODENAME"; exec "$@"'
+        return rdzv + f'export {contract.ENV_NODE_ID}="$GPUCTL_JOB_ID-$SLURMD_NODENAME"; exec "$@"'
     q = shlex.quote
     command = [*monitor.command, *monitor.arguments(request.job_id, monitor.addr)]
-    return _NODE_WITH_MONITOR.format(
+    return rdzv + _NODE_WITH_MONITOR.format(
         node_id_var=contract.ENV_NODE_ID,
         monitor=" ".join(q(part) for part in command),
         summary=q(str(request.job_dir / SUMMARY_PREFIX)),
@@ -273,6 +309,9 @@ def render_batch_job(
         ' $SLURM_JOB_NODELIST" >>"$runs_file"',
         f"cd {q(str(Path(spec.workdir).absolute()))} || exit 1",
         'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+        # the node's address (NodeAddr): a NodeName need not resolve (several nodes on one host)
+        'head_addr=$(scontrol show node -o "$head_node" | tr " " "\\n" | sed -n "s/^NodeAddr=//p")',
+        'export GPUCTL_RDZV_HOST_NODE="$head_node"',
         f"rdzv_port=$(( {config.rendezvous_port_base} + SLURM_JOB_ID % 10000 ))",
         f"requeue_on_notice={int(requeue_on_notice)}",
         _STEP_LOOP,
@@ -281,17 +320,25 @@ def render_batch_job(
         lines.append(f"srun bash -c {q(spec.setup)} || exit $?")
     node_id = node_wrapper(request, monitor)
     launcher = " ".join(q(part) for part in config.launcher)
+    elastic = request.min_nodes != request.max_nodes
     torchrun_args = [
-        '--nnodes="$SLURM_JOB_NUM_NODES"',
+        # elastic: from the spec's minimum up to the nodes SLURM gave; survivors of a lost node go on
+        f'--nnodes={int(request.min_nodes)}:"$SLURM_JOB_NUM_NODES"'
+        if elastic
+        else '--nnodes="$SLURM_JOB_NUM_NODES"',
         f"--nproc-per-node={int(request.placement.gpus_per_node)}",
-        "--max-restarts=0",
+        f"--max-restarts={100 if elastic else 0}",
         "--rdzv-backend=c10d",
-        '--rdzv-endpoint="$head_node:$rdzv_port"',
+        '--rdzv-endpoint="${head_addr:-$head_node}:$rdzv_port"',
         '--rdzv-id="$SLURM_JOB_ID-${SLURM_RESTART_COUNT:-0}"',
     ]
+    if elastic:
+        torchrun_args.append("--monitor-interval=0.5")
     user_argv = " ".join(q(arg) for arg in spec.command_argv)
+    # elastic: a failed node's task ends alone (--no-kill), else one failed node ends the step
+    step_option = "--no-kill" if elastic else "--kill-on-bad-exit=1"
     lines.append(
-        f"srun --kill-on-bad-exit=1 bash -c {q(node_id)} gpuctl-node {launcher} "
+        f"srun {step_option} bash -c {q(node_id)} gpuctl-node {launcher} "
         f"{' '.join(torchrun_args)} {user_argv} &"
     )
     lines.append(_WAIT_AND_REQUEUE.replace("PREEMPTED", str(contract.PREEMPTED_EXIT_CODE)))

@@ -1,16 +1,20 @@
-"""A real single-node SLURM cluster for the slow tests (scripts/slurm-dev-cluster.sh)."""
+"""A real SLURM cluster of two nodes on this host for the slow tests (scripts/slurm-dev-cluster.sh)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from orchestrator.backends.slurm import SlurmBackend, SlurmClusterConfig
+from orchestrator.state.store import JobStore
 
 ROOT = Path(__file__).resolve().parents[3]
 SCRIPT = ROOT / "scripts" / "slurm-dev-cluster.sh"
@@ -53,3 +57,25 @@ def cluster_config() -> SlurmClusterConfig:
 @pytest.fixture
 def backend(slurm_cluster: Path, cluster_config: SlurmClusterConfig) -> SlurmBackend:
     return SlurmBackend(cluster_config)
+
+
+@pytest.fixture
+def gpuctl_env(
+    slurm_cluster: Path, cluster_config: SlurmClusterConfig, tmp_path: Path
+) -> Iterator[dict[str, str]]:
+    config_file = tmp_path / "cluster.yaml"
+    config_file.write_text(yaml.safe_dump(cluster_config.model_dump(mode="json")))
+    env = {
+        **os.environ,
+        "GPUCTL_HOME": str(tmp_path / "home"),
+        "GPUCTL_SLURM_CONFIG": str(config_file),
+        "GPUCTL_MONITOR_SOURCE": "off",
+    }
+    yield env
+    lock = tmp_path / "home" / "controller-slurm.lock"
+    pid = lock.read_text().strip() if lock.exists() else ""
+    if pid.isdigit():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(pid), signal.SIGKILL)
+    for job in JobStore(tmp_path / "home").list_jobs():
+        subprocess.run(["scancel", f"--name=gpuctl-{job.id}"], check=False)

@@ -38,6 +38,7 @@ def main() -> int:
     parser.add_argument("--step-seconds", type=float, default=0.1)
     parser.add_argument("--echo-env", default=None)
     parser.add_argument("--echo-arg", default=None)
+    parser.add_argument("--seed", type=int, default=None, help="same seed and world size: same parameters")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, on_notice)
     signal.signal(signal.SIGUSR1, on_notice)
@@ -48,6 +49,8 @@ def main() -> int:
     every = int(os.environ.get("GPUCTL_CHECKPOINT_EVERY_STEPS", "5"))
     attempt = os.environ.get("GPUCTL_ATTEMPT", "?")
     ckpt = ckpt_dir / "ckpt.pt"
+    if args.seed is not None:
+        torch.manual_seed(args.seed)
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     step = 0
@@ -74,6 +77,8 @@ def main() -> int:
             dist.barrier()
             print(f"rank {rank}: notice at step {step}, checkpoint saved", flush=True)
             return PREEMPTED_EXIT_CODE
+        if args.seed is not None:  # each step's data from the seed and the step: a resumed run draws the same
+            torch.manual_seed(args.seed + step)
         x = torch.randn(8, 4)
         loss = model(x).pow(2).mean()
         opt.zero_grad()
@@ -83,7 +88,7 @@ def main() -> int:
         time.sleep(args.step_seconds)
         if rank == 0:
             with open(ckpt_dir / "steps.log", "a") as fh:
-                fh.write(f"step {step} attempt {attempt}\n")
+                fh.write(f"step {step} attempt {attempt} world {dist.get_world_size()}\n")
             if progress:
                 with open(progress, "a") as fh:
                     line = {"time": now(), "step": step, "total_steps": args.steps, "loss": loss.item()}

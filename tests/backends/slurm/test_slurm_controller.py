@@ -2,27 +2,26 @@
 
 Each test submits through the CLI with ``--detach``, so a real background controller
 (``gpuctl controller run --backend slurm``) drives the job, and the test reads the job store and
-SLURM. The cluster has one node and two partitions over it: ``spot`` (1 USD per GPU-hour) and
-``ondemand`` (3 USD).
+SLURM. The cluster has two nodes and partitions over both: ``spot`` (1 USD per GPU-hour), ``ondemand``
+(3 USD) and ``urgent`` (preempts spot). The multi-node tests are in test_slurm_multinode.py.
 """
 
 from __future__ import annotations
 
 import collections
-import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import yaml
 
-from orchestrator.backends.slurm import SlurmBackend, SlurmClusterConfig
+from orchestrator.backends.slurm import SlurmBackend
 from orchestrator.backends.slurm import commands as slurm
 from orchestrator.state.records import JobRecord
 from orchestrator.state.status import JobStatus
@@ -31,28 +30,6 @@ from tests.backends.slurm.conftest import TRAIN
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 EVERY = 5
-
-
-@pytest.fixture
-def gpuctl_env(
-    slurm_cluster: Path, cluster_config: SlurmClusterConfig, tmp_path: Path
-) -> Iterator[dict[str, str]]:
-    config_file = tmp_path / "cluster.yaml"
-    config_file.write_text(yaml.safe_dump(cluster_config.model_dump(mode="json")))
-    env = {
-        **os.environ,
-        "GPUCTL_HOME": str(tmp_path / "home"),
-        "GPUCTL_SLURM_CONFIG": str(config_file),
-        "GPUCTL_MONITOR_SOURCE": "off",
-    }
-    yield env
-    lock = tmp_path / "home" / "controller-slurm.lock"
-    pid = lock.read_text().strip() if lock.exists() else ""
-    if pid.isdigit():
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(int(pid), signal.SIGKILL)
-    for job in JobStore(tmp_path / "home").list_jobs():
-        subprocess.run(["scancel", f"--name=gpuctl-{job.id}"], check=False)
 
 
 def gpuctl(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -130,10 +107,11 @@ def slurm_jobs(job_id: str) -> list[slurm.SlurmJob]:
 def test_ddp_job_runs_to_completion_with_ledger_and_stateless_status(
     gpuctl_env: dict[str, str], tmp_path: Path
 ) -> None:
-    # Another user's job holds every GPU for a while: ours waits in the queue first.
+    # Another user's job holds every GPU of both nodes for a while: ours waits in the queue first.
     blocker = [
         "sbatch",
         "--partition=spot",
+        "--nodes=2",
         "--gres=gpu:fake:4",
         f"--output={tmp_path}/blocker.out",
         "--wrap=sleep 8",
@@ -175,7 +153,7 @@ def test_requeue_and_node_down_each_start_the_next_attempt_from_the_checkpoint(
     subprocess.run(["scontrol", "requeue", str(first.job_id)], check=True)
 
     wait_for(gpuctl_env, job_id, at_step(35, attempt=2))
-    node = subprocess.run(["hostname", "-s"], capture_output=True, text=True, check=True).stdout.strip()
+    node = slurm_jobs(job_id)[-1].nodes  # the one node attempt 2 runs on
     subprocess.run(["scontrol", "update", f"NodeName={node}", "State=DOWN", "Reason=gpuctl-test"], check=True)
     time.sleep(1)
     subprocess.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"], check=True)
@@ -247,22 +225,6 @@ def test_submit_refuses_a_partition_the_cluster_lacks(gpuctl_env: dict[str, str]
     assert done.returncode != 0
     assert "partition 'nope'" in done.stderr and "To fix" in done.stderr
     assert JobStore(Path(gpuctl_env["GPUCTL_HOME"])).list_jobs() == []
-
-
-def test_elastic_job_runs_on_the_nodes_in_service_and_does_not_try_to_grow(
-    gpuctl_env: dict[str, str], tmp_path: Path
-) -> None:
-    job_id = submit(
-        gpuctl_env, tmp_path, "elastic", steps=25,
-        resources={"gpu_types": ["V100"], "gpus_per_node": 2, "nodes": {"min": 1, "max": 2}},
-        policies={"rescale": True},
-    )  # fmt: skip
-    job = wait_for(gpuctl_env, job_id, ended(JobStatus.SUCCEEDED), timeout_s=150)
-    assert job.attempts == 1  # one node in service: no growth restart
-    [segment] = JobStore(Path(gpuctl_env["GPUCTL_HOME"])).segments(job_id)
-    assert segment.nodes == 1
-    [run] = slurm_jobs(job_id)
-    assert run.node_count == 1 and run.state == "COMPLETED"
 
 
 def test_a_killed_controller_is_replaced_without_a_second_sbatch(

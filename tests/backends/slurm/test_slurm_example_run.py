@@ -23,7 +23,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 EXAMPLE = ROOT / "examples" / "slurm"
 
 
-def test_sbatch_runs_the_example_to_completion(slurm_cluster: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("job_file", "world"), [("job.yaml", 2), ("job-2-nodes.yaml", 4)])
+def test_sbatch_runs_the_example_to_completion(
+    slurm_cluster: Path, tmp_path: Path, job_file: str, world: int
+) -> None:
     env = {
         **os.environ,
         "GPUCTL_HOME": str(tmp_path / "home"),
@@ -34,7 +37,7 @@ def test_sbatch_runs_the_example_to_completion(slurm_cluster: Path, tmp_path: Pa
     env.pop("GPUCTL_SLURM_CONFIG", None)
     job_dir = tmp_path / "job"
     done = subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", "sbatch", "examples/slurm/job.yaml",
+        [sys.executable, "-m", "orchestrator.cli", "sbatch", f"examples/slurm/{job_file}",
          "--cluster-config", "examples/slurm/slurm.yaml", "--job-dir", str(job_dir)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
@@ -50,7 +53,7 @@ def test_sbatch_runs_the_example_to_completion(slurm_cluster: Path, tmp_path: Pa
     out = job_dir / "slurm-attempt-1.out"
     log = out.read_text() if out.exists() else "(no log)"
     assert status.status is JobStatus.SUCCEEDED, f"{status.status}: {status.message}\n{log}"
-    assert "world size 2, starting at step 0 of 300" in log and "(reached the target 0.95)" in log, log
+    assert f"world size {world}, starting at step 0 of 300" in log and "(reached the target 0.95)" in log, log
     records = [json.loads(line) for line in (job_dir / "progress.jsonl").read_text().splitlines()]
     assert records[-1]["event"] == "finished" and records[-1]["step"] == 300
     assert status.attempts == 1 and [s.market for s in status.segments] == ["spot"]

@@ -136,3 +136,27 @@ def test_cli_dry_run(
     out = capsys.readouterr().out
     assert out.startswith("# sbatch --parsable --output=") and "#SBATCH --gres=gpu:a100:4" in out
     assert f"cd {tmp_path}" in out  # the workdir is relative to the job file
+
+
+def test_multi_node_rendezvous_is_at_the_first_nodes_address_and_hosted_there_only(tmp_path: Path) -> None:
+    script = render(tmp_path, resources={"gpu_types": ["A100-80GB"], "gpus_per_node": 4, "nodes": 2})
+    assert 'scontrol show node -o "$head_node"' in script and "NodeAddr=" in script
+    assert '--rdzv-endpoint="${head_addr:-$head_node}:$rdzv_port"' in script
+    assert 'export GPUCTL_RDZV_HOST_NODE="$head_node"' in script
+    assert "is_host=$rdzv_host" in script  # each node's task: true on the head node only
+    # fixed size: one failed node ends the step, torchrun never restarts
+    assert "srun --kill-on-bad-exit=1 " in script and "--max-restarts=0" in script
+    assert "#SBATCH --no-kill" not in script and '--nnodes="$SLURM_JOB_NUM_NODES"' in script
+
+
+def test_an_elastic_job_survives_a_lost_node(tmp_path: Path) -> None:
+    script = render(tmp_path)  # nodes: {min: 2, max: 4}
+    assert "#SBATCH --no-kill\n" in script and "srun --no-kill " in script
+    assert '--nnodes=2:"$SLURM_JOB_NUM_NODES"' in script and "--max-restarts=100" in script
+    assert "keep_alive_max_attempt=3" in script
+
+
+def test_a_partition_preemption_is_a_notice(tmp_path: Path) -> None:
+    script = render(tmp_path)
+    check = script.index("PreemptTime=[0-9]")
+    assert script.index("notice=requeue", check) < script.index("scontrol requeue", check)

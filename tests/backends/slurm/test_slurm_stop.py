@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.backends.base import NodePhase
 from orchestrator.backends.slurm import backend as slurm_backend
 from orchestrator.backends.slurm import commands
 from orchestrator.backends.slurm.backend import SlurmBackend
@@ -64,3 +65,17 @@ def test_a_queued_job_or_no_grace_is_cancelled_at_once(
     monkeypatch.setattr(commands, "list_jobs", lambda: [running_job(tmp_path, "PENDING")])
     backend.stop("j", 1, ["j-a1-n0"], grace_s=30)
     assert cancels == [(42, None), (42, None)]
+
+
+def test_an_elastic_jobs_lost_node_is_lost_and_stopping_it_leaves_the_survivors(
+    cancels: list[tuple[int, str | None]], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(commands, "accounting_jobs", lambda name: [])
+    backend = SlurmBackend(controller_owned=True)  # the job runs on 1 of its 2 nodes (SLURM took one out)
+    seen = backend.observe("j", 1, ["j-a1-n0", "j-a1-n1"]).nodes
+    assert [n.phase for n in seen] == [NodePhase.RUNNING, NodePhase.LOST] and seen[1].ended_at is not None
+    assert [n.phase for n in backend.observe("j", 1, ["j-a1-n1"]).nodes] == [NodePhase.LOST]
+    backend.stop("j", 1, ["j-a1-n1"], grace_s=20)
+    assert cancels == []  # the survivor trains on
+    backend.stop("j", 1, ["j-a1-n0", "j-a1-n1"], grace_s=20)
+    assert cancels == [(42, "USR2")]
