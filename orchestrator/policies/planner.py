@@ -48,6 +48,9 @@ class PlanGrid:
     changeover_steps: float
     spot_price: float
     on_demand_price: float
+    safety_steps: float = 0.0
+    """Slack (in steps) under which the policy's safety net sends an idle or on-demand job to (or keeps
+    it on) on-demand: the plan knows it cannot leave on-demand or wait there."""
 
     @classmethod
     def for_job(
@@ -66,6 +69,7 @@ class PlanGrid:
             changeover_steps=max(changeover_h / step, 1.0),
             spot_price=spot,
             on_demand_price=od,
+            safety_steps=float(np.float32((2.0 * changeover_h + tick_h) / step)),
         )
 
 
@@ -113,6 +117,7 @@ def plan(grid: PlanGrid, models: list[MarketModel]) -> NDArray[np.int8]:
     values = np.full((ring, 5, k, pad + n_s), _PENALTY)  # per step: IU, ID, OU, OD, R
     actions = np.zeros((k, n_t, n_s, 4), dtype=np.int8)
     done_at = np.arange(n_s)[None, :]
+    netted = np.arange(n_s) < grid.safety_steps - 1e-6  # the safety net decides there: on-demand
 
     def at(v: FloatArray, shift: int) -> FloatArray:
         return v[..., pad - shift : pad - shift + n_s]
@@ -143,6 +148,8 @@ def plan(grid: PlanGrid, models: list[MarketModel]) -> NDArray[np.int8]:
                 best = np.minimum(best, spot)
             act[od < best] = Action.ON_DEMAND
             best = np.minimum(best, od)
+            act[:, netted] = Action.ON_DEMAND
+            best[:, netted] = od[:, netted]
             actions[:, tau, :, i] = act
             cur[i, :, pad:] = best
         cur[4, :, pad:] = ps + surv * r1 + (1.0 - surv) * (q * iu1 + (1.0 - q) * id1)
