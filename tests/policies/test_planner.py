@@ -16,7 +16,7 @@ INF = math.inf
 
 def brute_force_q(grid: PlanGrid, model: MarketModel):  # type: ignore[no-untyped-def]
     """Q(time left, slack, situation) -> {action: expected cost}, by plain recursion (whole-step
-    changeovers only)."""
+    changeovers only). Under the safety net (slack < ``grid.safety_steps``) only on-demand is allowed."""
     c = round(grid.changeover_steps)
     dt = grid.step_h
     ps, po = grid.spot_price * dt, grid.on_demand_price * dt
@@ -69,6 +69,8 @@ def brute_force_q(grid: PlanGrid, model: MarketModel):  # type: ignore[no-untype
             q[int(Action.ON_DEMAND)] = c * po + mix(
                 pc, value(tau - c, s - c, "od", True), value(tau - c, s - c, "od", False)
             )
+        if s < grid.safety_steps:
+            return {int(Action.ON_DEMAND): q[int(Action.ON_DEMAND)]}
         return q
 
     return q_values
@@ -83,17 +85,20 @@ SITUATIONS = {
 
 
 @pytest.mark.parametrize(
-    ("changeover", "model"),
+    ("changeover", "safety", "model"),
     [
-        (1, MarketModel(ride_loss=0.5, failover=0.0, up_loss=0.5, recovery=0.3)),
-        (1, MarketModel(ride_loss=0.1, failover=0.6, up_loss=0.04, recovery=1.0)),
-        (2, MarketModel(ride_loss=1.5, failover=0.0, up_loss=1.5, recovery=0.1)),
-        (2, MarketModel(ride_loss=0.3, failover=0.3, up_loss=0.2, recovery=0.5)),
+        (1, 0.0, MarketModel(ride_loss=0.5, failover=0.0, up_loss=0.5, recovery=0.3)),
+        (1, 0.0, MarketModel(ride_loss=0.1, failover=0.6, up_loss=0.04, recovery=1.0)),
+        (2, 0.0, MarketModel(ride_loss=1.5, failover=0.0, up_loss=1.5, recovery=0.1)),
+        (2, 0.0, MarketModel(ride_loss=0.3, failover=0.3, up_loss=0.2, recovery=0.5)),
+        # with the safety net of two changeovers and a tick (a tick = one step here)
+        (1, 3.0, MarketModel(ride_loss=0.5, failover=0.0, up_loss=0.5, recovery=0.3)),
+        (2, 5.0, MarketModel(ride_loss=0.3, failover=0.3, up_loss=0.2, recovery=0.5)),
     ],
 )
-def test_planned_action_is_optimal(changeover: int, model: MarketModel) -> None:
+def test_planned_action_is_optimal(changeover: int, safety: float, model: MarketModel) -> None:
     grid = PlanGrid(step_h=0.5, time_steps=14, slack_steps=7, changeover_steps=float(changeover),
-                    spot_price=1.0, on_demand_price=3.0)  # fmt: skip
+                    spot_price=1.0, on_demand_price=3.0, safety_steps=safety)  # fmt: skip
     table = plan(grid, [model])[0]
     q_values = brute_force_q(grid, model)
     checked = 0
