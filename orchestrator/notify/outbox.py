@@ -107,21 +107,8 @@ class Outbox:
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
-        conn = self._connect()
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as exc:
-            self.close()
-            raise database.store_error(exc, self.path) from exc
-        try:
+        with database.write_transaction(self._connect(), self.path, self.close) as conn:
             yield conn
-            conn.execute("COMMIT")
-        except BaseException as exc:
-            database.rollback_quietly(conn)
-            if isinstance(exc, sqlite3.Error):
-                self.close()
-                raise database.store_error(exc, self.path) from exc
-            raise
 
     def add(self, items: Sequence[tuple[NotifyTarget, Notification]], now: datetime) -> int:
         """:func:`enqueue` in a transaction of its own (hosts whose state is not in this file)."""

@@ -17,7 +17,7 @@ import contextlib
 import fcntl
 import shutil
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from urllib.request import pathname2url
 
@@ -307,3 +307,26 @@ def rollback_quietly(conn: sqlite3.Connection) -> None:
     if conn.in_transaction:
         with contextlib.suppress(sqlite3.Error):
             conn.execute("ROLLBACK")
+
+
+@contextlib.contextmanager
+def write_transaction(
+    conn: sqlite3.Connection, path: Path, forget_connection: Callable[[], None]
+) -> Iterator[sqlite3.Connection]:
+    """One ``BEGIN IMMEDIATE`` ... ``COMMIT`` on ``conn``: any error rolls it all back; a SQLite error
+    (in it or its COMMIT) also drops the connection (``forget_connection``) and is raised as the gpuctl
+    error that says what happened (:func:`store_error`)."""
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+    except sqlite3.Error as exc:
+        forget_connection()
+        raise store_error(exc, path) from exc
+    try:
+        yield conn
+        conn.execute("COMMIT")
+    except BaseException as exc:
+        rollback_quietly(conn)
+        if isinstance(exc, sqlite3.Error):
+            forget_connection()
+            raise store_error(exc, path) from exc
+        raise

@@ -94,21 +94,8 @@ class JobStore:
         as the gpuctl error that says what happened (:func:`database.store_error`)."""
         if self.read_only:
             raise InternalError(f"a write to the job store {self.path}, opened read-only")
-        conn = self._connect()
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as exc:
-            self._drop_connection()
-            raise database.store_error(exc, self.path) from exc
-        try:
+        with database.write_transaction(self._connect(), self.path, self._drop_connection) as conn:
             yield conn
-            conn.execute("COMMIT")
-        except BaseException as exc:
-            database.rollback_quietly(conn)
-            if isinstance(exc, sqlite3.Error):
-                self._drop_connection()
-                raise database.store_error(exc, self.path) from exc
-            raise
 
     def _query(self, sql: str, args: Sequence[Any] = ()) -> list[sqlite3.Row]:
         conn = self._connect()
