@@ -172,13 +172,40 @@ trap 'forward_notice stop' USR2
 trap 'forward_notice term' TERM
 """
 
+LINGER_AFTER_FINISHED_S = 30
+"""A step still running this long after the training wrote its ``finished`` record is ended and the
+run counts as done: torchrun's exit barrier (or an agent waiting on a store that is gone) can hold a
+node's agent for minutes after every worker finished, and those minutes are billed. The controller
+does the same for its nodes (``orchestrator.controller.reconcile``); this covers ``gpuctl sbatch``."""
+
 _WAIT_AND_REQUEUE = """\
 step_pid=$!
+finished_flag="$runs_file.finished-$SLURM_JOB_ID-${SLURM_RESTART_COUNT:-0}"
+(
+    while kill -0 "$step_pid" 2>/dev/null; do
+        if tail -c +$(( progress_offset + 1 )) "$GPUCTL_PROGRESS_FILE" 2>/dev/null | grep -q '"event": "finished"'; then
+            sleep LINGER
+            if kill -0 "$step_pid" 2>/dev/null; then
+                echo "gpuctl: training finished LINGER s ago but the step still runs (torchrun's exit barrier); ending it" >&2
+                : >"$finished_flag"
+                scancel --signal=KILL "$SLURM_JOB_ID"
+            fi
+            exit 0
+        fi
+        sleep 2
+    done
+) &
+linger_watch=$!
 while :; do
     wait "$step_pid"
     rc=$?
     kill -0 "$step_pid" 2>/dev/null || break
 done
+kill "$linger_watch" 2>/dev/null
+if [[ -e $finished_flag ]]; then
+    rc=0
+    rm -f "$finished_flag"
+fi
 # SLURM preempting the job (PreemptMode=REQUEUE with a GraceTime) signals the step, not this shell,
 # and requeues only a job still running when the grace ends: a step that checkpointed and exited
 # early is a notice all the same.
@@ -314,6 +341,8 @@ def render_batch_job(
         'export GPUCTL_RDZV_HOST_NODE="$head_node"',
         f"rdzv_port=$(( {config.rendezvous_port_base} + SLURM_JOB_ID % 10000 ))",
         f"requeue_on_notice={int(requeue_on_notice)}",
+        # where this run's progress records start (a finished record before it is not this run's)
+        f'progress_offset=$(stat -c %s "${contract.ENV_PROGRESS_FILE}" 2>/dev/null || echo 0)',
         _STEP_LOOP,
     ]
     if spec.setup:
@@ -341,7 +370,11 @@ def render_batch_job(
         f"srun {step_option} bash -c {q(node_id)} gpuctl-node {launcher} "
         f"{' '.join(torchrun_args)} {user_argv} &"
     )
-    lines.append(_WAIT_AND_REQUEUE.replace("PREEMPTED", str(contract.PREEMPTED_EXIT_CODE)))
+    lines.append(
+        _WAIT_AND_REQUEUE.replace("PREEMPTED", str(contract.PREEMPTED_EXIT_CODE)).replace(
+            "LINGER", str(LINGER_AFTER_FINISHED_S)
+        )
+    )
     script = "\n".join(lines)
     args = [f"--output={out}", f"--chdir={request.job_dir}"]
     if env_references(spec.env):  # the values travel in sbatch's environment to the batch shell

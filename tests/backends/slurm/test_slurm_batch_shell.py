@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.backends.slurm import SlurmClusterConfig, render_batch_job
+from orchestrator.backends.slurm import script as batch_script
 from orchestrator.backends.slurm.placements import request_for
 from orchestrator.spec import load_spec_text
 
@@ -22,11 +23,15 @@ STUBS = {
 
 
 def run_batch(
-    tmp_path: Path, send: str, step_rc: int, requeue_on_notice: bool = True
+    tmp_path: Path,
+    send: str,
+    step_rc: int,
+    requeue_on_notice: bool = True,
+    stubs: dict[str, str] | None = None,
 ) -> tuple[int, list[str]]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for name, body in STUBS.items():
+    for name, body in {**STUBS, **(stubs or {})}.items():
         path = bin_dir / name
         path.write_text(f"#!/bin/bash\n{body}\n")
         path.chmod(path.stat().st_mode | stat.S_IEXEC)
@@ -91,3 +96,18 @@ def test_under_the_controller_a_notice_ends_the_job_with_the_preempted_code(
     code, calls = run_batch(tmp_path, send, step_rc, requeue_on_notice=False)
     assert calls == expected_calls
     assert code == exit_code
+
+
+def test_a_step_still_running_after_training_finished_is_ended_and_the_run_succeeds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torchrun's exit barrier can hold an agent after every worker finished: the batch shell ends the
+    step LINGER_AFTER_FINISHED_S after the run's ``finished`` record instead of billing the wait."""
+    monkeypatch.setattr(batch_script, "LINGER_AFTER_FINISHED_S", 1)
+    hanging_step = (
+        'echo $$ >"$CALLS.srun"; echo \'{"event": "finished", "step": 9}\' >>"$GPUCTL_PROGRESS_FILE"; '
+        "exec sleep 300"
+    )
+    kill_step = 'echo "scancel $*" >>"$CALLS"; [ "$1" = --signal=KILL ] && kill -KILL "$(cat "$CALLS.srun")"'
+    rc, calls = run_batch(tmp_path, "", 0, stubs={"srun": hanging_step, "scancel": kill_step})
+    assert (rc, calls) == (0, ["scancel --signal=KILL 42"])
