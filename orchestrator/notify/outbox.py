@@ -12,10 +12,8 @@ The Kubernetes operator keeps its outbox in a file of its own (:meth:`Outbox.sta
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sqlite3
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -78,7 +76,7 @@ class Outbox:
     def __init__(self, path: Path, backend: str) -> None:
         self.path = path
         self.backend = backend
-        self._local = threading.local()
+        self._connections = database.ThreadConnections(path, read_only=False)
 
     @classmethod
     def standalone(cls, path: Path, backend: str) -> Outbox:
@@ -92,18 +90,10 @@ class Outbox:
         return outbox
 
     def _connect(self) -> sqlite3.Connection:
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = database.connect(self.path, read_only=False)
-            self._local.conn = conn
-        return conn
+        return self._connections.get()
 
     def close(self) -> None:
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        self._local.conn = None
-        if conn is not None:
-            with contextlib.suppress(sqlite3.Error):
-                conn.close()
+        self._connections.drop()
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:

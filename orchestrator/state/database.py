@@ -17,6 +17,7 @@ import contextlib
 import fcntl
 import shutil
 import sqlite3
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from urllib.request import pathname2url
@@ -330,3 +331,27 @@ def write_transaction(
             forget_connection()
             raise store_error(exc, path) from exc
         raise
+
+
+class ThreadConnections:
+    """One connection to ``path`` per thread, opened on first use: opening and closing one per query
+    cost most of a controller tick (closing the last WAL connection checkpoints the file)."""
+
+    def __init__(self, path: Path, read_only: bool) -> None:
+        self.path, self.read_only = path, read_only
+        self._local = threading.local()
+
+    def get(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = connect(self.path, self.read_only)
+            self._local.conn = conn
+        return conn
+
+    def drop(self) -> None:
+        """Close this thread's connection (after an error: the next use opens a fresh one)."""
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        self._local.conn = None
+        if conn is not None:
+            with contextlib.suppress(sqlite3.Error):
+                conn.close()

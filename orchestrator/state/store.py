@@ -9,11 +9,9 @@ to gpuctl's are :mod:`orchestrator.state.database`'s.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import secrets
 import sqlite3
-import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -69,24 +67,15 @@ class JobStore:
         self.read_only = read_only
         self.path = self.home / "gpuctl.db"
         database.prepare(self.home, self.path, read_only)
-        self._local = threading.local()
+        self._connections = database.ThreadConnections(self.path, read_only)
 
     def _connect(self) -> sqlite3.Connection:
-        """This thread's connection, opened once: opening and closing one per query cost most of a
-        controller tick (closing the last WAL connection checkpoints the file)."""
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = database.connect(self.path, self.read_only)
-            self._local.conn = conn
-        return conn
+        """This thread's connection (:class:`database.ThreadConnections`)."""
+        return self._connections.get()
 
     def _drop_connection(self) -> None:
         """After an error, the next use opens a fresh connection."""
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        self._local.conn = None
-        if conn is not None:
-            with contextlib.suppress(sqlite3.Error):
-                conn.close()
+        self._connections.drop()
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
