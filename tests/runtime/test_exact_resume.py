@@ -7,6 +7,7 @@ optimizer state.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -36,6 +37,7 @@ def _start(workdir: Path, extra_env: dict[str, str] | None = None) -> subprocess
             "GPUCTL_CHECKPOINT_KEEP": "3",
             "PYTHONPATH": str(REPO),
             "OMP_NUM_THREADS": "1",
+            "PYTHONFAULTHANDLER": "1",  # a stuck run prints its stacks on SIGABRT (_finish)
         }
     )
     env.update(extra_env or {})
@@ -65,14 +67,45 @@ def _wait_for(predicate: object, timeout: float, proc: subprocess.Popen[bytes]) 
     raise AssertionError("timed out waiting")
 
 
+def _descendants(pid: int) -> list[int]:
+    """Every process under ``pid`` (torchrun's workers run in sessions of their own)."""
+    table = subprocess.run(["ps", "-eo", "pid=,ppid="], capture_output=True, text=True).stdout
+    children: dict[int, list[int]] = {}
+    for line in table.splitlines():
+        child, parent = (int(field) for field in line.split())
+        children.setdefault(parent, []).append(child)
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
 # 30 s alone on 2 cores; one CI run shared the cores with other work and needed more than 180 s
-def _finish(proc: subprocess.Popen[bytes], timeout: float = 420) -> int:
+def _finish(proc: subprocess.Popen[bytes], workdir: Path, timeout: float = 420) -> int:
     try:
         return proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+        # Say where it was: the machine's busiest processes, and every Python stack of the run
+        # (PYTHONFAULTHANDLER makes SIGABRT print them into the run's log).
+        busiest = subprocess.run(
+            ["ps", "-eo", "pid,ppid,etimes,pcpu,stat,args", "--sort=-pcpu"], capture_output=True, text=True
+        ).stdout.splitlines()[:15]
+        for pid in [proc.pid, *_descendants(proc.pid)]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGABRT)
+        time.sleep(2)
+        for pid in [proc.pid, *_descendants(proc.pid)]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         proc.wait()
-        raise
+        raise AssertionError(
+            f"training did not end within {timeout:.0f} s\nbusiest processes:\n"
+            + "\n".join(line[:200] for line in busiest)
+            + "\nthe run's log (end):\n"
+            + (workdir / "log.txt").read_text(errors="replace")[-12000:]
+        ) from None
 
 
 def _final_state(workdir: Path) -> dict[str, object]:
@@ -99,7 +132,7 @@ def _assert_identical(a: object, b: object, where: str = "") -> None:
 def test_interrupted_twice_ends_bit_identical(tmp_path: Path) -> None:
     reference = tmp_path / "reference"
     reference.mkdir()
-    assert _finish(_start(reference)) == 0
+    assert _finish(_start(reference), reference) == 0
 
     run = tmp_path / "interrupted"
     run.mkdir()
@@ -107,7 +140,7 @@ def test_interrupted_twice_ends_bit_identical(tmp_path: Path) -> None:
     proc = _start(run)
     _wait_for(lambda: _last_step(run) >= 23, 90, proc)
     os.killpg(proc.pid, signal.SIGTERM)
-    _finish(proc)
+    _finish(proc, run)
     events = [r for r in _progress(run) if r.get("event") == "preempted"]
     assert len(events) == 1, (run / "log.txt").read_text()[-3000:]
     noticed = int(events[0]["step"])
@@ -134,7 +167,7 @@ def test_interrupted_twice_ends_bit_identical(tmp_path: Path) -> None:
     assert store.complete_steps()[-1] == noticed
 
     # 3. resume from the notice checkpoint (the torn one is ignored) and run to the end
-    assert _finish(_start(run)) == 0
+    assert _finish(_start(run), run) == 0
     resumed = [int(r["step"]) for r in _progress(run) if r.get("event") == "resumed"]
     assert resumed == [noticed, noticed]
     finished = [r for r in _progress(run) if r.get("event") == "finished"]
