@@ -9,6 +9,7 @@ notices. Run it alone (``python train.py``) or under torchrun (gpuctl does this)
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import random
 import sys
@@ -64,8 +65,19 @@ def main() -> None:
     torch.manual_seed(args.seed)
 
     distributed = "WORLD_SIZE" in os.environ
-    if distributed:
-        dist.init_process_group("gloo")
+    if not distributed:
+        train(args, distributed=False)
+        return
+    dist.init_process_group("gloo")
+    train(args, distributed=True)
+    # Every reference to the DDP model (the runtime holds one too) died with train()'s frame: a DDP
+    # model freed after its process group was destroyed can hang the process at exit.
+    gc.collect()
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def train(args: argparse.Namespace, distributed: bool) -> None:
     rank = dist.get_rank() if distributed else 0
     world = dist.get_world_size() if distributed else 1
 
@@ -122,10 +134,6 @@ def main() -> None:
         verdict = "reached" if accuracy >= TARGET_ACCURACY else "did NOT reach"
         print(f"test accuracy {accuracy:.4f} ({verdict} the target {TARGET_ACCURACY})", flush=True)
     rt.finish(metrics={"accuracy": accuracy})
-    if distributed:
-        del ddp_model  # DDP holds the process group: free it before the group is destroyed
-        dist.barrier()
-        dist.destroy_process_group()
 
 
 class _null:

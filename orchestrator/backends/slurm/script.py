@@ -174,8 +174,8 @@ trap 'forward_notice term' TERM
 
 LINGER_AFTER_FINISHED_S = 30
 """A step still running this long after the training wrote its ``finished`` record is ended and the
-run counts as done: torchrun's exit barrier (or an agent waiting on a store that is gone) can hold a
-node's agent for minutes after every worker finished, and those minutes are billed. The controller
+run counts as done: a worker hung at exit (docs/runtime.md, "End of a DDP run"), torchrun's exit
+barrier or an agent waiting on a store that is gone can hold a node's agent long after the training finished, and those minutes are billed. The controller
 does the same for its nodes (``orchestrator.controller.reconcile``); this covers ``gpuctl sbatch``."""
 
 _WAIT_AND_REQUEUE = """\
@@ -186,7 +186,7 @@ finished_flag="$runs_file.finished-$SLURM_JOB_ID-${SLURM_RESTART_COUNT:-0}"
         if tail -c +$(( progress_offset + 1 )) "$GPUCTL_PROGRESS_FILE" 2>/dev/null | grep -q '"event": "finished"'; then
             sleep LINGER
             if kill -0 "$step_pid" 2>/dev/null; then
-                echo "gpuctl: training finished LINGER s ago but the step still runs (torchrun's exit barrier); ending it" >&2
+                echo "gpuctl: training finished LINGER s ago but the step still runs (a worker or torchrun hung at exit); ending it" >&2
                 : >"$finished_flag"
                 scancel --signal=KILL "$SLURM_JOB_ID"
             fi

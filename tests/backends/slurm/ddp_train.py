@@ -8,6 +8,7 @@ what arrived to ``echo.json`` (the shell injection test).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import signal
@@ -33,6 +34,15 @@ def on_notice(signum: int, frame: object) -> None:
 
 
 def main() -> int:
+    code = train()
+    # The DDP model died with train()'s frame: one freed after its process group is destroyed can
+    # hang the process at exit (and hold torchrun, and the SLURM step, with it).
+    gc.collect()
+    dist.destroy_process_group()
+    return code
+
+
+def train() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--step-seconds", type=float, default=0.1)
@@ -99,7 +109,6 @@ def main() -> int:
         with open(progress, "a") as fh:
             line = {"time": now(), "step": step, "total_steps": args.steps, "event": "finished"}
             fh.write(json.dumps(line) + "\n")
-    dist.destroy_process_group()
     return 0
 
 
