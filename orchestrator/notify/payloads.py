@@ -23,7 +23,9 @@ MAX_SLACK_TEXT = 3000
 def bounded(note: Notification) -> Notification:
     """``note`` with its message and evidence cut to size (a notification read back from an outbox
     written by anything is bounded again here)."""
-    return replace(note, message=clip(note.message, MAX_MESSAGE_CHARS), evidence=bounded_evidence(note.evidence))
+    return replace(
+        note, message=clip(note.message, MAX_MESSAGE_CHARS), evidence=bounded_evidence(note.evidence)
+    )
 
 
 def json_payload(note: Notification) -> bytes:

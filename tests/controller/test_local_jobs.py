@@ -159,7 +159,9 @@ def _wait_no_node_processes(job_dir: Path, timeout: float = 45) -> None:
     raise AssertionError(f"processes of {job_dir.name} still running: {alive}")
 
 
-def test_a_rank_hung_in_a_collective_is_detected_and_the_job_restarted(gpuctl: Gpuctl, tmp_path: Path) -> None:
+def test_a_rank_hung_in_a_collective_is_detected_and_the_job_restarted(
+    gpuctl: Gpuctl, tmp_path: Path
+) -> None:
     """gloo on CPU under torchrun: the last rank stops before step 6's all-reduce, the other waits in it.
     The watchdog sees the step counter stop, raises ``stalled`` within stall_after (plus a tick or two)
     and restarts the job from its checkpoint; the second attempt finishes."""

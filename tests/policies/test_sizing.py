@@ -58,5 +58,3 @@ def test_rescale_target_and_throughput() -> None:
     assert relative_throughput(2, 4) == pytest.approx(2 * 0.9 / (4 * 0.81))
     with pytest.raises(UserError):
         rescale_target(3, 3, 2, 0)
-
-

@@ -238,7 +238,9 @@ def create_pod(pod: dict[str, Any], api: Any | None = None, owner_uid: str | Non
     core = k8s.CoreV1Api(api)
     meta = pod["metadata"]
     name, namespace = meta["name"], meta["namespace"]
-    job = str((meta.get("annotations") or {}).get(ANNOTATION_JOB) or (meta.get("labels") or {}).get(LABEL_JOB, ""))
+    job = str(
+        (meta.get("annotations") or {}).get(ANNOTATION_JOB) or (meta.get("labels") or {}).get(LABEL_JOB, "")
+    )
     try:
         _call(f"create pod {name}", core.create_namespaced_pod, namespace, pod)
     except UserError as err:

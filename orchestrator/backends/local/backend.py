@@ -112,7 +112,9 @@ class LocalBackend:
                 checkpoint_dir=request.checkpoint_dir,
                 keep=spec.checkpoint.keep,
                 every_steps=spec.checkpoint.every_steps,
-                every_seconds=parse_duration(spec.checkpoint.every).total_seconds() if spec.checkpoint.every else None,
+                every_seconds=parse_duration(spec.checkpoint.every).total_seconds()
+                if spec.checkpoint.every
+                else None,
                 global_batch=spec.policies.global_batch,
                 progress_file=str(request.job_dir / "progress.jsonl"),
             ),
