@@ -69,12 +69,18 @@ def main() -> None:
         train(args, distributed=False)
         return
     dist.init_process_group("gloo")
-    train(args, distributed=True)
+    try:
+        train(args, distributed=True)
+        code = 0
+    except SystemExit as stop:  # a preemption notice: every rank saved the checkpoint and stops
+        code = int(stop.code or 0)
     # Every reference to the DDP model (the runtime holds one too) died with train()'s frame: a DDP
     # model freed after its process group was destroyed can hang the process at exit.
     gc.collect()
-    dist.barrier()
+    if code == 0:
+        dist.barrier()
     dist.destroy_process_group()
+    sys.exit(code)
 
 
 def train(args: argparse.Namespace, distributed: bool) -> None:
