@@ -230,7 +230,8 @@ def _follow(view: JobView) -> list[Action]:
         ]
     # 6a'. Training finished and nodes are still exiting: wait for them; a loss now is not a preemption.
     #      Nodes still there LINGER_AFTER_FINISHED_S later (a worker hung at exit, or torchrun's exit
-    #      barrier, can hold an agent for good) only cost money: the final checkpoint is saved, so stop them and succeed.
+    #      barrier, can hold an agent for good) only cost money: the final checkpoint is saved, so
+    #      stop them and succeed.
     if done and alive:
         finished_at = view.progress.time if view.progress is not None else None
         if finished_at is None or (view.now - finished_at).total_seconds() < LINGER_AFTER_FINISHED_S:

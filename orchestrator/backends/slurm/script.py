@@ -175,8 +175,9 @@ trap 'forward_notice term' TERM
 LINGER_AFTER_FINISHED_S = 30
 """A step still running this long after the training wrote its ``finished`` record is ended and the
 run counts as done: a worker hung at exit (docs/runtime.md, "End of a DDP run"), torchrun's exit
-barrier or an agent waiting on a store that is gone can hold a node's agent long after the training finished, and those minutes are billed. The controller
-does the same for its nodes (``orchestrator.controller.reconcile``); this covers ``gpuctl sbatch``."""
+barrier or an agent waiting on a store that is gone can hold a node's agent long after the training
+finished, and those minutes are billed. The controller does the same for its nodes
+(``orchestrator.controller.reconcile``); this covers ``gpuctl sbatch``."""
 
 _WAIT_AND_REQUEUE = """\
 step_pid=$!
