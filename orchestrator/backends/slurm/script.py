@@ -184,7 +184,10 @@ step_pid=$!
 finished_flag="$runs_file.finished-$SLURM_JOB_ID-${SLURM_RESTART_COUNT:-0}"
 (
     while kill -0 "$step_pid" 2>/dev/null; do
-        if tail -c +$(( progress_offset + 1 )) "$GPUCTL_PROGRESS_FILE" 2>/dev/null | grep -q '"event": "finished"'; then
+        # only this run's records, and of them only the last 4 KiB: "finished" is the last record
+        size=$(stat -c %s "$GPUCTL_PROGRESS_FILE" 2>/dev/null || echo 0)
+        from=$(( size - 4096 > progress_offset ? size - 4096 : progress_offset ))
+        if tail -c +$(( from + 1 )) "$GPUCTL_PROGRESS_FILE" 2>/dev/null | grep -q '"event": "finished"'; then
             sleep LINGER
             if kill -0 "$step_pid" 2>/dev/null; then
                 echo "gpuctl: training finished LINGER s ago but the step still runs (a worker or torchrun hung at exit); ending it" >&2

@@ -101,8 +101,9 @@ def test_under_the_controller_a_notice_ends_the_job_with_the_preempted_code(
 def test_a_step_still_running_after_training_finished_is_ended_and_the_run_succeeds(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """torchrun's exit barrier can hold an agent after every worker finished: the batch shell ends the
-    step LINGER_AFTER_FINISHED_S after the run's ``finished`` record instead of billing the wait."""
+    """A worker hung at exit or torchrun's exit barrier can hold an agent after the training finished:
+    the batch shell ends the step LINGER_AFTER_FINISHED_S after the run's ``finished`` record instead
+    of billing the wait."""
     monkeypatch.setattr(batch_script, "LINGER_AFTER_FINISHED_S", 1)
     hanging_step = (
         'echo $$ >"$CALLS.srun"; echo \'{"event": "finished", "step": 9}\' >>"$GPUCTL_PROGRESS_FILE"; '
