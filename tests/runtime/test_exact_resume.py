@@ -82,7 +82,16 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
-# 30 s alone on 2 cores; one CI run shared the cores with other work and needed more than 180 s
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+# 30 s alone on 2 cores, 420 s allowed for a loaded machine; a run that outlasted that in CI was a
+# worker hung at exit (docs/runtime.md, "End of a DDP run"), which the stacks printed here showed
 def _finish(proc: subprocess.Popen[bytes], workdir: Path, timeout: float = 420) -> int:
     try:
         return proc.wait(timeout=timeout)
@@ -92,10 +101,13 @@ def _finish(proc: subprocess.Popen[bytes], workdir: Path, timeout: float = 420) 
         busiest = subprocess.run(
             ["ps", "-eo", "pid,ppid,etimes,pcpu,stat,args", "--sort=-pcpu"], capture_output=True, text=True
         ).stdout.splitlines()[:15]
-        for pid in [proc.pid, *_descendants(proc.pid)]:
+        run_pids = [proc.pid, *_descendants(proc.pid)]
+        for pid in run_pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGABRT)
-        time.sleep(2)
+        deadline = time.monotonic() + 10  # each process prints its stacks, then aborts
+        while time.monotonic() < deadline and (proc.poll() is None or any(map(_alive, run_pids[1:]))):
+            time.sleep(0.1)
         for pid in [proc.pid, *_descendants(proc.pid)]:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
