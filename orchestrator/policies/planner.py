@@ -199,8 +199,9 @@ class PlanCache:
             wanted = np.unique(tile)
             self._add([int(key) for key in wanted[self.slot[wanted] < 0]])
         g = self.grid
-        t = np.clip(np.rint(time_left_h / g.step_h), 0, g.time_steps - 1).astype(np.int64)
-        s = np.clip(np.rint(slack_h / g.step_h), 0, g.slack_steps - 1).astype(np.int64)
+        t = np.clip(np.rint(time_left_h / g.step_h), 1, g.time_steps - 1).astype(np.int64)
+        # work is left (else nobody asks): at least one step of it, never "done" by rounding
+        s = np.clip(np.minimum(np.rint(slack_h / g.step_h), t - 1), 0, g.slack_steps - 1).astype(np.int64)
         actions: IntArray = self.tables[self.slot[keys], t, s, situation].astype(np.int64)
         return actions
 

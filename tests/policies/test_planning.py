@@ -72,6 +72,16 @@ def test_safety_net_and_no_deadline() -> None:
     assert decide(ctx(elapsed=1.0, done=0.0, deadline=math.inf, up=DOWN, history=hist)) == (None, None)
 
 
+def test_finishing_on_demand_never_stops_for_the_last_sliver_of_work() -> None:
+    # 0.05 h of work left, less than half a planning step: the table must not read it as done (then
+    # every action ties and the plan would stop on-demand, wait, and pay a changeover to relaunch)
+    hist = watched(20.0, [{"a": t % 30 < 3, "b": False} for t in range(30)])
+    for slack in (0.6, 0.9, 1.5):
+        elapsed = 60.0 - slack - 0.05
+        c = ctx(elapsed=elapsed, done=47.95, up=DOWN, history=hist, market="on-demand")
+        assert decide(c) == ("on-demand", None), slack
+
+
 def test_a_restarted_controller_decides_the_same() -> None:
     hist = watched(12.0, [{"a": t % 7 < 3, "b": t % 11 < 2} for t in range(77)])
     cases = [
