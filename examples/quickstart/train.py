@@ -73,7 +73,7 @@ def main() -> None:
         train(args, distributed=True)
         code = 0
     except SystemExit as stop:  # a preemption notice: every rank saved the checkpoint and stops
-        code = int(stop.code or 0)
+        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
     # Every reference to the DDP model (the runtime holds one too) died with train()'s frame: a DDP
     # model freed after its process group was destroyed can hang the process at exit.
     gc.collect()
