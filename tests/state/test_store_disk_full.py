@@ -80,9 +80,8 @@ def test_a_full_disk_keeps_every_committed_job_and_says_what_to_do(tmp_path: Pat
     disk = tmp_path / "disk"
     disk.mkdir()
     job_file = tmp_path / "huge.yaml"  # outside the full disk
-    blobs = ", ".join(
-        f'BLOB{i}: "{"y" * 30_000}"' for i in range(14)
-    )  # 420 kB, each value within the spec's limit
+    # 420 kB, each value within the spec's limit
+    blobs = ", ".join(f'BLOB{i}: "{"y" * 30_000}"' for i in range(14))
     job_file.write_text(BIG_JOB.format(env=blobs))
     home = disk / "home"
     results = run_in_namespace(
