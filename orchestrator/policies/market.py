@@ -161,7 +161,7 @@ POLICIES: dict[str, type[MarketPolicy]] = {
         PlanAheadPolicy,
     )
 }
-DEFAULT_POLICY = ReserveSlackPolicy.name
+DEFAULT_POLICY = PlanAheadPolicy.name
 
 
 def market_policy(name: str) -> MarketPolicy:
