@@ -110,9 +110,22 @@ def test_on_demand_with_slack_left_goes_back_to_spot_when_it_returns() -> None:
     assert "spot is back in zone-b" in next(a.message for a in actions if isinstance(a, Transition))
 
 
-def test_on_demand_without_slack_stays_on_demand() -> None:
-    # 9 h left, 8.55 h of work left: 0.45 h of slack cannot pay a changeover and keep the safety net
+def test_reserve_slack_leaves_on_demand_only_keeping_the_safety_net() -> None:
+    # 9 h left, 8.55 h of work left: 0.45 h of slack cannot pay a changeover (0.2 h) and still keep
+    # reserve-slack's safety net (two changeovers) afterwards
+    spec = "market: {policy: reserve-slack}\ngoals: {compute_hours: 9.5}\n"
+    assert reconcile(running_on_demand(spec, market(0, 1, long_runs()), progress_step=10)) == []
+
+
+def test_default_leaves_on_demand_only_while_a_way_back_meets_the_deadline() -> None:
+    # The default (plan-ahead) with the same 0.45 h of slack: the move to spot costs 0.2 h, and were
+    # spot lost at once the launch back to on-demand another 0.2 h: 0.05 h still to spare, and spot
+    # in zone-b saves far more than the changeover. Sound: the deadline is never at risk.
     v = running_on_demand("goals: {compute_hours: 9.5}\n", market(0, 1, long_runs()), progress_step=10)
+    actions = reconcile(v)
+    assert "spot is back in zone-b" in next(a.message for a in actions if isinstance(a, Transition))
+    # 0.36 h of slack cannot pay both launches and a tick (the safety net): it stays on on-demand
+    v = running_on_demand("goals: {compute_hours: 9.6}\n", market(0, 1, long_runs()), progress_step=10)
     assert reconcile(v) == []
 
 
