@@ -9,7 +9,10 @@ The market model, per job (all zones together), in continuous time:
 
 The program runs over a grid of ``step_h`` hours: the state is (time left, slack = time left - work
 left, mode, market up/down) with modes idle, warm on-demand and riding spot. Every launch costs the
-changeover, paid, without progress; slack below zero is a missed deadline (a large penalty). The
+changeover, paid, without progress; a launch from idle lands ``latency`` later still (a decision is
+carried out up to one tick late: the controller's tick, the launch's own delay), one from on-demand
+twice that (on-demand stops, a tick late, and the job is placed again from idle). So the plan goes
+on-demand early enough to leave it again even when every step lands a tick late; slack below zero is a missed deadline (a large penalty). The
 answer is a table of the cheapest action (an :class:`Action` code) for each (time left, slack) and
 each of four situations: idle or on on-demand, with the market up or down (riding spot in a zone
 that is up always continues: policies never leave a zone that still has capacity).
@@ -51,6 +54,10 @@ class PlanGrid:
     safety_steps: float = 0.0
     """Slack (in steps) under which the policy's safety net sends an idle or on-demand job to (or keeps
     it on) on-demand: the plan knows it cannot leave on-demand or wait there."""
+    latency_steps: float = 0.0
+    """Steps (one decision interval: a tick) by which an action may be carried out late: a launch
+    costs ``changeover_steps`` and lands ``changeover_steps + latency_steps`` later from idle,
+    ``changeover_steps + 2 * latency_steps`` from on-demand (the stop, then the launch; unpaid)."""
 
     @classmethod
     def for_job(
@@ -70,6 +77,7 @@ class PlanGrid:
             spot_price=spot,
             on_demand_price=od,
             safety_steps=float(np.float32((2.0 * changeover_h + tick_h) / step)),
+            latency_steps=float(np.float32(tick_h / step)),
         )
 
 
@@ -95,22 +103,24 @@ def _two_state(up_loss: float, recovery: float, hours: float) -> tuple[float, fl
 def plan(grid: PlanGrid, models: list[MarketModel]) -> NDArray[np.int8]:
     """(len(models), time_steps, slack_steps, 4): the cheapest action per model, time left, slack and
     situation (an :class:`Action` code). Vectorised over models and slack, one step of time left at a
-    time (each step reads the last ``changeover + 1`` ones)."""
+    time (each step reads the last ``changeover + 2 latency + 1`` ones)."""
     n_t, n_s, dt, k = grid.time_steps, grid.slack_steps, grid.step_h, len(models)
     ps, po = grid.spot_price * dt, grid.on_demand_price * dt
-    c = grid.changeover_steps
-    c_lo = math.floor(c)
-    frac = c - c_lo
+    c = grid.changeover_steps  # paid
+    c_idle = c + grid.latency_steps  # from idle, until the launch has landed
+    c_od = c + 2.0 * grid.latency_steps  # from on-demand: stopping it, then a launch from idle
+    c_lo = math.floor(c_od)
 
     def col(values: list[float]) -> FloatArray:
         return np.asarray(values, dtype=np.float64)[:, None]
 
     steps = [_two_state(m.up_loss, m.recovery, dt) for m in models]
-    launches = [_two_state(m.up_loss, m.recovery, c * dt) for m in models]
+    launches = [_two_state(m.up_loss, m.recovery, c_idle * dt) for m in models]
     uu, du = col([p[0] for p in steps]), col([p[1] for p in steps])
     cuu, cdu = col([p[0] for p in launches]), col([p[1] for p in launches])
     surv = col([math.exp(-m.ride_loss * dt) for m in models])
-    surv_c = col([math.exp(-m.ride_loss * c * dt) for m in models])
+    surv_idle = col([math.exp(-m.ride_loss * c_idle * dt) for m in models])
+    surv_od = col([math.exp(-m.ride_loss * c_od * dt) for m in models])
     q = col([m.failover for m in models])
     pad = c_lo + 1  # columns of penalty left of slack 0, so that shifts are slices
     ring = c_lo + 2
@@ -122,22 +132,29 @@ def plan(grid: PlanGrid, models: list[MarketModel]) -> NDArray[np.int8]:
     def at(v: FloatArray, shift: int) -> FloatArray:
         return v[..., pad - shift : pad - shift + n_s]
 
+    def landed(tau: int, after: float) -> FloatArray:
+        """Values ``after`` steps of slack and time later, work left the same (a launch), between
+        two whole steps."""
+        lo = math.floor(after)
+        frac = after - lo
+        return (1.0 - frac) * at(values[(tau - lo) % ring], lo) + frac * at(
+            values[(tau - lo - 1) % ring], lo + 1
+        )
+
     for tau in range(n_t):
         iu1, id1, ou1, od1, r1 = at(values[(tau - 1) % ring], 0)
         w_iu, w_id = at(values[(tau - 1) % ring][0], 1), at(values[(tau - 1) % ring][1], 1)
-        # a launch: same work left, c steps of slack and time later (between two whole steps)
-        land = (1.0 - frac) * at(values[(tau - c_lo) % ring], c_lo) + frac * at(
-            values[(tau - c_lo - 1) % ring], c_lo + 1
-        )
-        l_iu, l_id, l_ou, l_od, l_r = land
-        spot_launch = c * ps + surv_c * l_r + (1.0 - surv_c) * (q * l_iu + (1.0 - q) * l_id)
+        l_iu, l_id, l_ou, l_od, l_r = landed(tau, c_idle)
+        spot_launch = c * ps + surv_idle * l_r + (1.0 - surv_idle) * (q * l_iu + (1.0 - q) * l_id)
+        m_iu, m_id, _, _, m_r = landed(tau, c_od)
+        spot_from_od = c * ps + surv_od * m_r + (1.0 - surv_od) * (q * m_iu + (1.0 - q) * m_id)
         wait_up = uu * w_iu + (1.0 - uu) * w_id
         wait_down = du * w_iu + (1.0 - du) * w_id
         cur = values[tau % ring]
         situations = (
             (wait_up, spot_launch, c * po + cuu * l_ou + (1.0 - cuu) * l_od),  # idle, market up
             (wait_down, None, c * po + cdu * l_ou + (1.0 - cdu) * l_od),  # idle, market down
-            (wait_up, spot_launch, po + uu * ou1 + (1.0 - uu) * od1),  # on-demand, market up
+            (wait_up, spot_from_od, po + uu * ou1 + (1.0 - uu) * od1),  # on-demand, market up
             (wait_down, None, po + du * ou1 + (1.0 - du) * od1),  # on-demand, market down
         )
         for i, (wait, spot, od) in enumerate(situations):

@@ -2,9 +2,10 @@
 and on Kubernetes (the real kopf operator on orchestrator.testing's simulated cluster): one engine.
 
 Two zones, played at 5 s a tick: zone 1 has spot for two ticks and then none; zone 2 has none until
-tick 8 and then keeps it. With 9 ticks of work and a deadline of 22 ticks, gpuctl's default policy
-runs spot in zone 1, falls back to on-demand once the slack runs under its reserve, and moves to
-spot in zone 2 when it appears. The scenario was chosen so that the simulator's answer does not
+tick 11 and then keeps it. With 8 ticks of work and a deadline of 21 ticks, gpuctl's default policy
+(plan-ahead) runs spot in zone 1, falls back to on-demand while no zone has spot and the slack still
+allows a later move, even if the launch lands a tick late (waiting longer would leave too little
+slack to ever leave on-demand), and moves to spot in zone 2 when it appears. The scenario was chosen so that the simulator's answer does not
 change when the changeover is twice as long or the work one tick longer or shorter: real launches
 on a busy 2-core machine are not exactly one tick.
 
@@ -44,14 +45,14 @@ from tests.operators.kubernetes.operator_handlers import handlers
 TICK_S = 5.0
 GAP_S, SPEEDUP = 300, 60  # 300 s trace ticks played 60x faster: 5 s each
 ZONES = ("use1-az1", "use1-az2")
-WORK_TICKS, DEADLINE_TICKS, CHANGEOVER_TICKS = 9, 22, 1
+WORK_TICKS, DEADLINE_TICKS, CHANGEOVER_TICKS = 8, 21, 1
 SPOT_PRICE, ON_DEMAND_PRICE = 0.5197, 3.06  # the built-in catalog's V100 prices in use1-az1
 
 
 def _traces() -> np.ndarray:
     counts = np.zeros((2, 80), dtype=np.int64)
     counts[0, :2] = 1
-    counts[1, 8:] = 1
+    counts[1, 11:] = 1
     return counts
 
 

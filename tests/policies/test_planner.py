@@ -16,8 +16,11 @@ INF = math.inf
 
 def brute_force_q(grid: PlanGrid, model: MarketModel):  # type: ignore[no-untyped-def]
     """Q(time left, slack, situation) -> {action: expected cost}, by plain recursion (whole-step
-    changeovers only). Under the safety net (slack < ``grid.safety_steps``) only on-demand is allowed."""
+    changeovers and latencies only). Under the safety net (slack < ``grid.safety_steps``) only on-demand
+    is allowed. A launch pays ``c`` steps; from idle it lands ``c + latency`` steps later, from
+    on-demand (stop, then launch) ``c + 2 latency``."""
     c = round(grid.changeover_steps)
+    land = c + round(grid.latency_steps)
     dt = grid.step_h
     ps, po = grid.spot_price * dt, grid.on_demand_price * dt
 
@@ -55,19 +58,22 @@ def brute_force_q(grid: PlanGrid, model: MarketModel):  # type: ignore[no-untype
             )
         }
         if up:
-            surv_c = math.exp(-model.ride_loss * c * dt)
+            after = land + round(grid.latency_steps) if state == "od" else land
+            surv_c = math.exp(-model.ride_loss * after * dt)
             lost = mix(
-                model.failover, value(tau - c, s - c, "idle", True), value(tau - c, s - c, "idle", False)
+                model.failover,
+                value(tau - after, s - after, "idle", True),
+                value(tau - after, s - after, "idle", False),
             )
-            q[int(Action.SPOT)] = c * ps + mix(surv_c, value(tau - c, s - c, "ride", True), lost)
+            q[int(Action.SPOT)] = c * ps + mix(surv_c, value(tau - after, s - after, "ride", True), lost)
         if state == "od":
             q[int(Action.ON_DEMAND)] = po + mix(
                 p1, value(tau - 1, s, "od", True), value(tau - 1, s, "od", False)
             )
         else:
-            pc = up_after(c, up)
+            pc = up_after(land, up)
             q[int(Action.ON_DEMAND)] = c * po + mix(
-                pc, value(tau - c, s - c, "od", True), value(tau - c, s - c, "od", False)
+                pc, value(tau - land, s - land, "od", True), value(tau - land, s - land, "od", False)
             )
         if s < grid.safety_steps:
             return {int(Action.ON_DEMAND): q[int(Action.ON_DEMAND)]}
@@ -85,20 +91,25 @@ SITUATIONS = {
 
 
 @pytest.mark.parametrize(
-    ("changeover", "safety", "model"),
+    ("changeover", "safety", "latency", "model"),
     [
-        (1, 0.0, MarketModel(ride_loss=0.5, failover=0.0, up_loss=0.5, recovery=0.3)),
-        (1, 0.0, MarketModel(ride_loss=0.1, failover=0.6, up_loss=0.04, recovery=1.0)),
-        (2, 0.0, MarketModel(ride_loss=1.5, failover=0.0, up_loss=1.5, recovery=0.1)),
-        (2, 0.0, MarketModel(ride_loss=0.3, failover=0.3, up_loss=0.2, recovery=0.5)),
+        (1, 0.0, 0, MarketModel(ride_loss=0.5, failover=0.0, up_loss=0.5, recovery=0.3)),
+        (1, 0.0, 0, MarketModel(ride_loss=0.1, failover=0.6, up_loss=0.04, recovery=1.0)),
+        (2, 0.0, 0, MarketModel(ride_loss=1.5, failover=0.0, up_loss=1.5, recovery=0.1)),
+        (2, 0.0, 0, MarketModel(ride_loss=0.3, failover=0.3, up_loss=0.2, recovery=0.5)),
         # with the safety net of two changeovers and a tick (a tick = one step here)
-        (1, 3.0, MarketModel(ride_loss=0.5, failover=0.0, up_loss=0.5, recovery=0.3)),
-        (2, 5.0, MarketModel(ride_loss=0.3, failover=0.3, up_loss=0.2, recovery=0.5)),
+        (1, 3.0, 0, MarketModel(ride_loss=0.5, failover=0.0, up_loss=0.5, recovery=0.3)),
+        (2, 5.0, 0, MarketModel(ride_loss=0.3, failover=0.3, up_loss=0.2, recovery=0.5)),
+        # and a launch that lands a tick late (as PlanGrid.for_job plans)
+        (1, 3.0, 1, MarketModel(ride_loss=0.5, failover=0.0, up_loss=0.5, recovery=0.3)),
+        (1, 3.0, 1, MarketModel(ride_loss=0.1, failover=0.6, up_loss=0.04, recovery=1.0)),
+        (2, 5.0, 1, MarketModel(ride_loss=0.3, failover=0.3, up_loss=0.2, recovery=0.5)),
     ],
 )
-def test_planned_action_is_optimal(changeover: int, safety: float, model: MarketModel) -> None:
+def test_planned_action_is_optimal(changeover: int, safety: float, latency: int, model: MarketModel) -> None:
     grid = PlanGrid(step_h=0.5, time_steps=14, slack_steps=7, changeover_steps=float(changeover),
-                    spot_price=1.0, on_demand_price=3.0, safety_steps=safety)  # fmt: skip
+                    spot_price=1.0, on_demand_price=3.0, safety_steps=safety,
+                    latency_steps=float(latency))  # fmt: skip
     table = plan(grid, [model])[0]
     q_values = brute_force_q(grid, model)
     checked = 0
@@ -130,3 +141,20 @@ def test_grid_never_coarser_than_the_changeover() -> None:
     assert grid.changeover_steps >= 1.0 and grid.time_steps <= 402
     fine = PlanGrid.for_job(52.0, 48.0, 0.05, 195 / 3600, 0.9, 3.0)
     assert fine.step_h == pytest.approx(195 / 3600, rel=1e-6)
+    assert fine.latency_steps == pytest.approx(1.0) and 0.0 < grid.latency_steps < 1.0  # a tick late
+
+
+def test_the_plan_never_goes_on_demand_where_landing_a_tick_late_leaves_it_under_the_net() -> None:
+    """From idle, on-demand at slack = net + changeover lands exactly on the net: the job may leave
+    on-demand again only if the launch is carried out on time. Planned with launches that land a
+    tick late, the plan goes on-demand earlier (or for good) instead; planned without, it does not."""
+    models = [MarketModel(0.1, 0.0, 0.1, 1.0), MarketModel(0.5, 0.0, 0.5, 0.3), MarketModel(0.3, 0.3, 0.2, 0.5)]
+
+    def on_the_edge(latency: float) -> int:
+        grid = PlanGrid(0.5, 30, 12, 1.0, 1.0, 3.0, safety_steps=3.0, latency_steps=latency)
+        edge = int(grid.safety_steps + grid.changeover_steps)
+        tables = plan(grid, models)[:, 5:, edge, [IDLE_UP, IDLE_DOWN]]  # time left beyond the endgame
+        return int((tables == Action.ON_DEMAND).sum())
+
+    assert on_the_edge(1.0) == 0
+    assert on_the_edge(0.0) > 0
