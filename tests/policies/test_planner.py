@@ -148,7 +148,11 @@ def test_the_plan_never_goes_on_demand_where_landing_a_tick_late_leaves_it_under
     """From idle, on-demand at slack = net + changeover lands exactly on the net: the job may leave
     on-demand again only if the launch is carried out on time. Planned with launches that land a
     tick late, the plan goes on-demand earlier (or for good) instead; planned without, it does not."""
-    models = [MarketModel(0.1, 0.0, 0.1, 1.0), MarketModel(0.5, 0.0, 0.5, 0.3), MarketModel(0.3, 0.3, 0.2, 0.5)]
+    models = [
+        MarketModel(0.1, 0.0, 0.1, 1.0),
+        MarketModel(0.5, 0.0, 0.5, 0.3),
+        MarketModel(0.3, 0.3, 0.2, 0.5),
+    ]
 
     def on_the_edge(latency: float) -> int:
         grid = PlanGrid(0.5, 30, 12, 1.0, 1.0, 3.0, safety_steps=3.0, latency_steps=latency)
