@@ -90,13 +90,11 @@ def test_elastic_compares_rescale_with_waiting(tmp_path: Path, capsys: pytest.Ca
     assert doc["policies"]["wait-for-all"]["deadline_met_fraction"] == 1.0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known problem, every policy: an elastic spot run on fewer nodes (and pausing at each resize) "
-    "loses slack while its zone keeps capacity, and policies never leave such a zone, so the safety net "
-    "does not hold (this trace, 50 starts: reserve-slack 0.96, plan-ahead 0.78 of deadlines met)",
-)
 def test_elastic_rescale_meets_every_deadline(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An elastic spot run on fewer nodes (pausing at each resize) loses slack while its zone keeps
+    capacity, and policies never leave such a zone. The default (plan-ahead) plans every launch as
+    landing a tick late, and that margin covers this trace (before it: 0.78 of deadlines met;
+    reserve-slack, without it: 0.96): a known problem of the other policies, not pinned here."""
     doc = elastic_doc(tmp_path, capsys)
     assert doc["policies"]["rescale"]["deadline_met_fraction"] == 1.0
 
