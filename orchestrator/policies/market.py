@@ -93,7 +93,7 @@ class UniformProgressPolicy(MarketPolicy):
 
 
 class ReserveSlackPolicy(MarketPolicy):
-    """gpuctl's default: spend slack only on downtime you cannot expect to avoid, across zones.
+    """gpuctl's old default: spend slack only on downtime you cannot expect to avoid, across zones.
 
     * Zone: stay in the current spot zone while it has capacity; otherwise launch in the available
       zone with the longest mean run of availability seen so far (smoothed by a prior).
@@ -108,7 +108,7 @@ class ReserveSlackPolicy(MarketPolicy):
     """
 
     name = "reserve-slack"
-    description = "gpuctl default: multi-zone, keeps slack for the expected downtime, never the future"
+    description = "multi-zone, keeps slack for the expected downtime, never the future (old default)"
 
     prior_fraction: ClassVar[float] = 0.5
     prior_h: ClassVar[float] = 6.0

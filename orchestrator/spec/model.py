@@ -160,7 +160,7 @@ class Market(_Strict):
         float | None, Field(gt=0, le=MAX_USD, description="cap on the whole job's hourly price")
     ] = None
     policy: Line | None = Field(
-        default=None, description="market/zone policy name; gpuctl's default if unset"
+        default=None, description="market/zone policy name; gpuctl's default (plan-ahead) if unset"
     )
     changeover: Line = Field(
         default="12m",

@@ -86,7 +86,7 @@ def test_eager_failover_moves_zone_on_preemption() -> None:
     assert decide("eager-failover", ctx()) == (None, None)
 
 
-def test_default_prefers_zone_with_long_availability_runs() -> None:
+def test_reserve_slack_prefers_zone_with_long_availability_runs() -> None:
     hist = ZoneHistory.empty()
     for t in range(40):  # zone a flickers every tick, zone b stays up
         hist = hist.updated(0.1, {"a": t % 2 == 0, "b": True})
@@ -99,7 +99,7 @@ def test_default_prefers_zone_with_long_availability_runs() -> None:
     assert decide("reserve-slack", riding) == ("spot", "a")
 
 
-def test_default_waits_with_spare_slack_and_pays_on_demand_below_reserve() -> None:
+def test_reserve_slack_waits_with_spare_slack_and_pays_on_demand_below_reserve() -> None:
     hist = ZoneHistory.empty()
     for _ in range(100):  # 10 h watched, spot always up so far
         hist = hist.updated(0.1, {"a": True, "b": True})
