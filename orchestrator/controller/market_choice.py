@@ -153,6 +153,7 @@ def market_context(
         current_market=current.market.value if current else None,
         current_zone=current.zone if current and current.market.value == "spot" else None,
         history=market.history,
+        latency_h=market.tick_h,  # a decision is carried out at this pass or the next one
     )
 
 

@@ -104,7 +104,8 @@ class MarketContext:
     progress (start-up plus work lost since the last checkpoint); ``tick_h``: time until the next
     decision. ``zones`` lists allowed zones in preference order; ``current_market`` is 'spot',
     'on-demand' or None (nothing running), ``current_zone`` its zone. ``spot_available[z]`` says
-    whether z has spot capacity now.
+    whether z has spot capacity now. ``latency_h``: how late an action may be carried out after it is
+    decided (a controller acts at its next pass: about a tick; the simulator acts at once: 0).
     """
 
     elapsed_h: float
@@ -120,6 +121,7 @@ class MarketContext:
     current_market: str | None = None
     current_zone: str | None = None
     history: ZoneHistory = field(default_factory=ZoneHistory.empty)
+    latency_h: float = 0.0
 
     def to_batch(self) -> MarketBatch:
         zones = list(self.zones)
@@ -148,6 +150,7 @@ class MarketContext:
             available_h=row([h.available_h.get(z, 0.0) for z in zones]),
             up_runs=row([float(h.up_runs.get(z, 0)) for z in zones]),
             streak_h=row([h.streak_h.get(z, 0.0) for z in zones]),
+            latency_h=self.latency_h,
         )
 
 
@@ -165,7 +168,7 @@ class MarketBatch:
     """:class:`MarketContext` for B jobs at once: arrays of shape (B,) or (B, Z); scalars are shared.
 
     ``market`` holds :class:`Action` codes of what runs now (WAIT = nothing), ``zone`` its zone index
-    (-1 for none).
+    (-1 for none). ``latency_h``: see :class:`MarketContext`.
     """
 
     elapsed_h: FloatArray
@@ -184,6 +187,7 @@ class MarketBatch:
     available_h: FloatArray
     up_runs: FloatArray
     streak_h: FloatArray
+    latency_h: float = 0.0
 
     @property
     def slack_h(self) -> FloatArray:

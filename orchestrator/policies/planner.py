@@ -9,13 +9,15 @@ The market model, per job (all zones together), in continuous time:
 
 The program runs over a grid of ``step_h`` hours: the state is (time left, slack = time left - work
 left, mode, market up/down) with modes idle, warm on-demand and riding spot. Every launch costs the
-changeover, paid, without progress; a launch from idle lands ``latency`` later still (a decision is
-carried out up to one tick late: the controller's tick, the launch's own delay), one from on-demand
-twice that (on-demand stops, a tick late, and the job is placed again from idle). So the plan goes
-on-demand early enough to leave it again even when every step lands a tick late; slack below zero is a missed deadline (a large penalty). The
+changeover, paid, without progress; a launch from idle lands ``latency`` later still (a controller
+carries a decision out at its next pass, up to a tick late; the simulator at once: no latency), one
+from on-demand twice that (on-demand stops, late, and the job is placed again from idle). So in a
+controller the plan goes on-demand early enough to leave it again even when every step lands late.
+Slack below zero is a missed deadline (a large penalty). The
 answer is a table of the cheapest action (an :class:`Action` code) for each (time left, slack) and
 each of four situations: idle or on on-demand, with the market up or down (riding spot in a zone
-that is up always continues: policies never leave a zone that still has capacity).
+that is up continues: the policy leaves such a zone only when an elastic ride has run its slack
+down, outside this plan).
 
 Tables depend only on the job's grid and the (binned) model parameters, so they are cached: the
 simulator's many start points share them, and a restarted controller recomputes the same ones.
@@ -55,13 +57,21 @@ class PlanGrid:
     """Slack (in steps) under which the policy's safety net sends an idle or on-demand job to (or keeps
     it on) on-demand: the plan knows it cannot leave on-demand or wait there."""
     latency_steps: float = 0.0
-    """Steps (one decision interval: a tick) by which an action may be carried out late: a launch
+    """Steps by which an action may be carried out late (a controller's pass: a tick; 0 in the
+    simulator, which carries decisions out at once): a launch
     costs ``changeover_steps`` and lands ``changeover_steps + latency_steps`` later from idle,
     ``changeover_steps + 2 * latency_steps`` from on-demand (the stop, then the launch; unpaid)."""
 
     @classmethod
     def for_job(
-        cls, deadline_h: float, work_h: float, changeover_h: float, tick_h: float, spot: float, od: float
+        cls,
+        deadline_h: float,
+        work_h: float,
+        changeover_h: float,
+        tick_h: float,
+        spot: float,
+        od: float,
+        latency_h: float = 0.0,
     ) -> PlanGrid:
         slack_h = max(deadline_h - work_h, 0.0)
         coarse = max(deadline_h / _MAX_TIME_STEPS, slack_h / _MAX_SLACK_STEPS)
@@ -77,7 +87,7 @@ class PlanGrid:
             spot_price=spot,
             on_demand_price=od,
             safety_steps=float(np.float32((2.0 * changeover_h + tick_h) / step)),
-            latency_steps=float(np.float32(tick_h / step)),
+            latency_steps=float(np.float32(latency_h / step)),
         )
 
 

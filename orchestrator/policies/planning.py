@@ -14,8 +14,9 @@ Every tick, from the history in the context only (so a restarted controller deci
    :mod:`orchestrator.policies.planner` (re-planned every tick: the model changes as the history
    grows; tables are cached per binned model).
 
-Riding spot in a zone that still has capacity always continues. The deadline safety net of the
-other policies applies on top. Without a deadline: spot when some zone has it, else wait.
+Riding spot in a zone that still has capacity continues while the slack covers a fallback launch
+and a tick (only a slowed, elastic ride gets under that). The deadline safety net of the other
+policies applies on top. Without a deadline: spot when some zone has it, else wait.
 """
 
 from __future__ import annotations
@@ -41,7 +42,11 @@ class PlanAheadPolicy(MarketPolicy):
         n = b.elapsed_h.shape[0]
         rows = np.arange(n)
         loss, recovery, share = self.zone_rates(b)
-        riding = b.on_spot_and_up()
+        # a ride keeps its zone while it has capacity, unless the ride has run the slack down to one
+        # fallback launch and a tick: an elastic job on fewer nodes (and pausing at each resize) loses
+        # slack while it rides, and would miss the deadline if it rode on; a full ride never gets there
+        # (it launched with the safety net's slack, and its slack stays)
+        riding = b.on_spot_and_up() & (b.slack_h >= b.changeover_h + b.tick_h - 1e-6)
         any_up = b.spot_available.any(axis=1)
         best_up = np.argmin(np.where(b.spot_available, loss, np.inf), axis=1)
         zone = np.where(riding, b.zone, best_up)
@@ -62,8 +67,9 @@ class PlanAheadPolicy(MarketPolicy):
         any_recovery = np.minimum(recovery.sum(axis=1), seen)
 
         grid = PlanGrid.for_job(
-            b.deadline_h, b.work_total_h, b.changeover_h, b.tick_h, b.spot_price, b.on_demand_price
-        )
+            b.deadline_h, b.work_total_h, b.changeover_h, b.tick_h, b.spot_price, b.on_demand_price,
+            b.latency_h,
+        )  # fmt: skip
         situation = np.where(on_od, np.where(any_up, OD_UP, OD_DOWN), np.where(any_up, IDLE_UP, IDLE_DOWN))
         planned = plan_cache(grid).lookup(
             ride_loss, failover, any_recovery, np.maximum(b.time_left_h, 0.0), b.slack_h, situation

@@ -105,11 +105,13 @@ def simulate(
     job: SimJob,
     starts: IntArray,
     launches: list[Launch] | None = None,
+    latency_h: float = 0.0,
 ) -> SimResult:
     """Run ``policy`` from every start tick in ``starts`` (vectorised over starts).
 
     ``launches``, when given, receives every launch of the first start point (to compare one run's
-    decisions with the controller's).
+    decisions with the controller's). ``latency_h`` tells the policy how late its actions may be
+    carried out, as a controller does (its tick); the simulator still carries them out at once.
     """
     job.validate()
     dt, n, zones = trace.tick_h, len(starts), len(trace.zones)
@@ -172,6 +174,7 @@ def simulate(
             available_h=avail_h,
             up_runs=runs,
             streak_h=streak,
+            latency_h=latency_h,
         )
         action, want_zone = policy.decide_batch(batch)
         action = np.where(tau >= deadline_t - _EPS, int(Action.ON_DEMAND), action)

@@ -100,7 +100,7 @@ SITUATIONS = {
         # with the safety net of two changeovers and a tick (a tick = one step here)
         (1, 3.0, 0, MarketModel(ride_loss=0.5, failover=0.0, up_loss=0.5, recovery=0.3)),
         (2, 5.0, 0, MarketModel(ride_loss=0.3, failover=0.3, up_loss=0.2, recovery=0.5)),
-        # and a launch that lands a tick late (as PlanGrid.for_job plans)
+        # and a launch that lands a tick late (as a controller plans)
         (1, 3.0, 1, MarketModel(ride_loss=0.5, failover=0.0, up_loss=0.5, recovery=0.3)),
         (1, 3.0, 1, MarketModel(ride_loss=0.1, failover=0.6, up_loss=0.04, recovery=1.0)),
         (2, 5.0, 1, MarketModel(ride_loss=0.3, failover=0.3, up_loss=0.2, recovery=0.5)),
@@ -141,7 +141,9 @@ def test_grid_never_coarser_than_the_changeover() -> None:
     assert grid.changeover_steps >= 1.0 and grid.time_steps <= 402
     fine = PlanGrid.for_job(52.0, 48.0, 0.05, 195 / 3600, 0.9, 3.0)
     assert fine.step_h == pytest.approx(195 / 3600, rel=1e-6)
-    assert fine.latency_steps == pytest.approx(1.0) and 0.0 < grid.latency_steps < 1.0  # a tick late
+    assert fine.latency_steps == 0.0  # the simulator carries decisions out at once
+    late = PlanGrid.for_job(52.0, 48.0, 0.05, 195 / 3600, 0.9, 3.0, latency_h=195 / 3600)
+    assert late.latency_steps == pytest.approx(1.0)  # a controller: a tick late
 
 
 def test_the_plan_never_goes_on_demand_where_landing_a_tick_late_leaves_it_under_the_net() -> None:
