@@ -8,7 +8,12 @@ nothing. When every pod of a spot attempt has been unschedulable for longer than
 ``KubeConfig.spot_shortage_after_s``, the attempt's zone is short of spot:
 
 * the zone is offered with no capacity in the :class:`MarketView` reconcile reads, for
-  ``retry_after_s`` after its pods were last seen so (then spot is tried there again);
+  ``retry_after_s`` after its pods were last seen so (then spot is tried there again). A spot node the
+  market takes back (its pod disrupted, evicted or exited as preempted) marks its zone so too when the
+  job has other spot zones: the capacity is gone there now, as a trace would say, so the policy
+  weighs the other zones and on-demand instead of queueing where capacity just went. A one-zone job
+  is placed there again as before (queued pods are a free way to wait for that zone, and the policy
+  is asked again once they stay unschedulable);
 * the market policy is asked, as on every backend: when it would place the job elsewhere (on-demand,
   another zone) the pods are observed PREEMPTED (queued: their segment is free), so reconcile's
   recovery path places it there; when it would wait, the pods wait in the queue, where nothing is
@@ -26,8 +31,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from orchestrator.backends.base import Placement
-from orchestrator.backends.kubernetes.observe import unschedulable_since
+from orchestrator.backends.base import NodePhase, Placement
+from orchestrator.backends.kubernetes.observe import pod_phase, unschedulable_since
 from orchestrator.controller.driver import run_hours
 from orchestrator.controller.market_choice import (
     JobClock,
@@ -122,6 +127,24 @@ def short_zone(
     return placement.zone
 
 
+def reclaimed_zone(
+    state: JobState,
+    pods_by_node: Mapping[str, Mapping[str, Any]],
+    active_nodes: Sequence[str],
+    existing_nodes: set[str] | None,
+) -> str | None:
+    """The current spot attempt's zone when the market is taking back one of its nodes (a pod seen
+    PREEMPTED: disrupted, evicted or exited as preempted, not merely queued); else None."""
+    placement = state.placement
+    if placement is None or placement.market != "spot":
+        return None
+    for node in active_nodes:
+        pod = pods_by_node.get(node)
+        if pod is not None and pod_phase(pod, existing_nodes).phase is NodePhase.PREEMPTED:
+            return placement.zone
+    return None
+
+
 def scheduled_zone(
     state: JobState, pods_by_node: Mapping[str, Mapping[str, Any]], active_nodes: Sequence[str]
 ) -> str | None:
@@ -144,14 +167,18 @@ def remember(
     scheduled: str | None,
     now: datetime,
     retry_after_s: float,
+    reclaimed: str | None = None,
 ) -> tuple[MarketView, MarketMemory]:
     """The market view of this pass (a zone short of spot offers no capacity), and the memory updated:
-    the zone seen short or scheduled now, the history watched since the last pass (not once ended)."""
+    the zone seen short, reclaimed or scheduled now, the history watched since the last pass (not once
+    ended)."""
     seen = dict(memory.short_seen)
-    if short is not None:
-        seen[short] = now
     if scheduled is not None:
         seen.pop(scheduled, None)
+    if short is not None:
+        seen[short] = now
+    if reclaimed is not None and len(found.spot_by_zone) > 1:  # see the module's docstring
+        seen[reclaimed] = now
     memory = dataclasses.replace(memory, short_seen=seen)
     short_now = memory.short_zones(now, retry_after_s)
     zones = tuple(

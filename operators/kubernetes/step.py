@@ -32,6 +32,7 @@ from operators.kubernetes.spot_market import (
     MarketMemory,
     as_candidates,
     policy_moves,
+    reclaimed_zone,
     remember,
     scheduled_zone,
     short_zone,
@@ -312,6 +313,7 @@ def step(
     market, memory = remember(
         MarketMemory.from_status(status), spec, found, loaded, short,
         scheduled_zone(loaded, by_node, active), now, regrow_after_s,
+        reclaimed_zone(loaded, by_node, active, existing_nodes),
     )  # fmt: skip
     shortage = False
     if short is not None:  # leave the zone when the policy would place the job elsewhere, else wait

@@ -6,6 +6,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
+
 from operators.kubernetes.step import Decision, step, with_state
 from orchestrator.backends.base import Placement
 from orchestrator.catalog.offers import MarketKind
@@ -140,6 +142,27 @@ def test_a_short_zone_moves_the_job_to_another_zones_spot() -> None:
     new = pods_gone(spec, d, timedelta(minutes=7), TWO_ZONES)
     assert new.status["market"] == "spot" and new.status["zone"] == "r1-b", new.status.get("message")
     assert new.status["zoneHistory"]["lastAvailable"] == {"r1-a": False, "r1-b": True}
+
+
+@pytest.mark.parametrize(
+    ("candidates", "next_zone", "short"),
+    [(TWO_ZONES, "r1-b", {"r1-a": "2026-01-01T01:01:00Z"}), (ONE_ZONE, "r1-a", {})],
+)
+def test_a_reclaimed_zone_is_short_when_the_job_has_another(
+    candidates: Candidates, next_zone: str, short: dict[str, str]
+) -> None:
+    """Spot nodes taken back by the market: with another zone the reclaimed one offers no capacity
+    for the retry time (as a trace would show it), so the job goes elsewhere; with one zone it is
+    placed there again (its queued pods are a free way to wait)."""
+    spec = job("48h")
+    d = run(spec, {}, [], timedelta(), candidates)
+    d = run(spec, launched(d), [pod(0, 1, True), pod(1, 1, True)], timedelta(minutes=1), candidates)
+    assert d.status["state"] == "RUNNING"
+    evicted = [{**pod(i, 1, True), "status": {"phase": "Failed", "reason": "Evicted"}} for i in (0, 1)]
+    d = run(spec, d.status, evicted, timedelta(minutes=61), candidates)
+    assert d.status["state"] == "PREEMPTED" and d.status["zoneHistory"]["spotShortSeen"] == short
+    new = pods_gone(spec, d, timedelta(minutes=62), candidates)
+    assert (new.status["market"], new.status["zone"]) == ("spot", next_zone), new.status.get("message")
 
 
 def test_pods_unschedulable_for_another_reason_count_from_their_condition() -> None:
