@@ -13,11 +13,10 @@ changeover, paid, without progress; a launch from idle lands ``latency`` later s
 carries a decision out at its next pass, up to a tick late; the simulator at once: no latency), one
 from on-demand twice that (on-demand stops, late, and the job is placed again from idle). So in a
 controller the plan goes on-demand early enough to leave it again even when every step lands late.
-Slack below zero is a missed deadline (a large penalty). The
-answer is a table of the cheapest action (an :class:`Action` code) for each (time left, slack) and
-each of four situations: idle or on on-demand, with the market up or down (riding spot in a zone
-that is up continues: the policy leaves such a zone only when an elastic ride has run its slack
-down, outside this plan).
+Slack below zero is a missed deadline (a large penalty). The answer is a table of the cheapest
+action (an :class:`Action` code) for each (time left, slack) and each of four situations: idle or on
+on-demand, with the market up or down (riding spot in a zone that is up continues: the policy leaves
+such a zone only when an elastic ride has run its slack down, outside this plan).
 
 Tables depend only on the job's grid and the (binned) model parameters, so they are cached: the
 simulator's many start points share them, and a restarted controller recomputes the same ones.
@@ -58,9 +57,9 @@ class PlanGrid:
     it on) on-demand: the plan knows it cannot leave on-demand or wait there."""
     latency_steps: float = 0.0
     """Steps by which an action may be carried out late (a controller's pass: a tick; 0 in the
-    simulator, which carries decisions out at once): a launch
-    costs ``changeover_steps`` and lands ``changeover_steps + latency_steps`` later from idle,
-    ``changeover_steps + 2 * latency_steps`` from on-demand (the stop, then the launch; unpaid)."""
+    simulator, which carries decisions out at once): a launch costs ``changeover_steps`` and lands
+    ``changeover_steps + latency_steps`` later from idle, ``changeover_steps + 2 * latency_steps``
+    from on-demand (the stop, then the launch; the wait unpaid)."""
 
     @classmethod
     def for_job(
