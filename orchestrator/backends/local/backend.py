@@ -38,6 +38,7 @@ from orchestrator.backends.local.market import SimulatedMarket
 from orchestrator.backends.monitoring import MonitorSettings
 from orchestrator.backends.progress import read_progress
 from orchestrator.backends.secrets import launch_env
+from orchestrator.backends.torchrun import RESTARTING_AGENT_ENV
 from orchestrator.spec import JobSpec, parse_duration
 from orchestrator.state.store import JobStore
 
@@ -105,6 +106,7 @@ class LocalBackend:
             "PYTHONPATH": _pythonpath(),
             "PYTHONUNBUFFERED": "1",
             "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+            **(RESTARTING_AGENT_ENV if elastic else {}),
             **contract.training_env(
                 job_id=request.job_id,
                 attempt=request.attempt,

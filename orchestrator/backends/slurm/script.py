@@ -44,6 +44,7 @@ from orchestrator import contract
 from orchestrator.backends.base import LaunchRequest
 from orchestrator.backends.monitoring import SUMMARY_PREFIX, MonitorSettings
 from orchestrator.backends.slurm.config import SlurmClusterConfig
+from orchestrator.backends.torchrun import RESTARTING_AGENT_ENV
 from orchestrator.errors import UserError
 from orchestrator.spec import parse_duration
 from orchestrator.spec.env import EnvReference, env_references, plain_env
@@ -367,6 +368,7 @@ def render_batch_job(
     ]
     if elastic:
         torchrun_args.append("--monitor-interval=0.5")
+        lines += [f"export {key}={q(value)}" for key, value in RESTARTING_AGENT_ENV.items()]
     user_argv = " ".join(q(arg) for arg in spec.command_argv)
     # elastic: a failed node's task ends alone (--no-kill), else one failed node ends the step
     step_option = "--no-kill" if elastic else "--kill-on-bad-exit=1"

@@ -66,11 +66,16 @@ def wait_for(
         if job.status.terminal:
             raise AssertionError(f"job ended {job.status}: {job.message}\n{events(store, job_id)}")
         time.sleep(0.5)
-    log = Path(env["GPUCTL_HOME"]) / "controller-slurm.log"
     raise AssertionError(
-        f"timed out in {job.status}: {job.message}\n{events(store, job_id)}\n"
-        + (log.read_text()[-3000:] if log.exists() else "")
+        f"timed out in {job.status}: {job.message}\n{events(store, job_id)}\n{diagnostics(store, job_id)}"
     )
+
+
+def diagnostics(store: JobStore, job_id: str) -> str:
+    """The tails of what the controller, the batch shells and the training printed: why a wait timed out."""
+    paths = [store.home / "controller-slurm.log", *sorted(store.job_dir(job_id).glob("slurm-attempt-*.out"))]
+    paths.append(store.job_dir(job_id) / "checkpoints" / "steps.log")
+    return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}" for p in paths if p.exists())
 
 
 def events(store: JobStore, job_id: str) -> str:

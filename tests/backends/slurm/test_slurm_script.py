@@ -147,6 +147,7 @@ def test_multi_node_rendezvous_is_at_the_first_nodes_address_and_hosted_there_on
     # fixed size: one failed node ends the step, torchrun never restarts
     assert "srun --kill-on-bad-exit=1 " in script and "--max-restarts=0" in script
     assert "#SBATCH --no-kill" not in script and '--nnodes="$SLURM_JOB_NUM_NODES"' in script
+    assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in script  # no restarts: torch's default store
 
 
 def test_an_elastic_job_survives_a_lost_node(tmp_path: Path) -> None:
@@ -154,6 +155,8 @@ def test_an_elastic_job_survives_a_lost_node(tmp_path: Path) -> None:
     assert "#SBATCH --no-kill\n" in script and "srun --no-kill " in script
     assert '--nnodes=2:"$SLURM_JOB_NUM_NODES"' in script and "--max-restarts=100" in script
     assert "keep_alive_max_attempt=3" in script
+    # restarted workers get a store of their own (orchestrator/backends/torchrun.py), set before srun
+    assert script.index("export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1\n") < script.index("srun --no-kill ")
 
 
 def test_a_partition_preemption_is_a_notice(tmp_path: Path) -> None:
