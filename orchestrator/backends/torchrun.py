@@ -5,8 +5,9 @@ or joins. Since torch 2.5 the c10d rendezvous lends its own TCPStore server to t
 and ``init_process_group`` then writes its keys (each rank's gloo or NCCL address) into that same
 store on every restart, unprefixed. A restarted rank can read the address a rank of the previous
 world left there, before the new rank overwrites it: it connects to a dead port ("Gloo connectFullMesh
-failed ... Connection refused"), the new world fails, and the agent tries again. Each retry is a race
-again, so a survivor of a lost node could take minutes to train on (pytorch/pytorch issue 135712).
+failed ... Connection refused") and the new world fails, to be tried again (each retry is a race
+again), or it waits for peers that never come and hangs. A SLURM survivor of a lost node took minutes
+to train on, and growing a live world hung (pytorch/pytorch issue 135712).
 With the store not shared, each rendezvous round gives the workers a store of their own, with no
 keys of an earlier world in it.
 

@@ -1,7 +1,7 @@
 """The controller makes the market decisions the simulator makes on the same trace, on the local backend
 and on Kubernetes (the real kopf operator on orchestrator.testing's simulated cluster): one engine.
 
-Two zones, played at 5 s a tick: zone 2 has spot for three ticks and then none; zone 1 has none until
+Two zones, played at 10 s a tick: zone 2 has spot for three ticks and then none; zone 1 has none until
 tick 14 and then keeps it. With 9 ticks of work and a deadline of 23 ticks, gpuctl's default policy
 (plan-ahead) runs spot in zone 2, goes on-demand once no zone has spot and waiting longer would leave
 too little slack to ever leave on-demand again (its plan lands every launch a tick late, the
@@ -44,8 +44,8 @@ from orchestrator.testing.kube_cluster import NodeShape, SimulatedKubeCluster
 from tests.controller.conftest import TINY, Gpuctl, write_job
 from tests.operators.kubernetes.operator_handlers import handlers
 
-TICK_S = 5.0
-GAP_S, SPEEDUP = 300, 60  # 300 s trace ticks played 60x faster: 5 s each
+TICK_S = 10.0  # a launch on a busy 2-core machine (torchrun, torch's import) stays well under a tick
+GAP_S, SPEEDUP = 300, 30  # 300 s trace ticks played 30x faster: 10 s each
 ZONES = ("use1-az1", "use1-az2")
 WORK_TICKS, DEADLINE_TICKS, CHANGEOVER_TICKS = 9, 23, 1
 SPOT_PRICE, ON_DEMAND_PRICE = 0.5197, 3.06  # the built-in catalog's V100 prices in use1-az1
@@ -112,7 +112,7 @@ def test_controller_decides_as_the_simulator(
         f"goals: {{deadline: {DEADLINE_TICKS * TICK_S:g}s, compute_hours: {WORK_TICKS * TICK_S / 3600}}}\n"
         "checkpoint: {notice_grace_seconds: 5}\n"
     ))  # fmt: skip
-    gpuctl.run("submit", str(job_file), *files, "--trace-speedup", str(SPEEDUP), timeout=400)
+    gpuctl.run("submit", str(job_file), *files, "--trace-speedup", str(SPEEDUP), timeout=600)
     doc = json.loads(gpuctl.run("list", "-o", "json").stdout)[0]
     assert doc["state"] == "SUCCEEDED", doc
     first_of_attempt: dict[int, dict[str, object]] = {}
