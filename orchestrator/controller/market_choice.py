@@ -22,6 +22,7 @@ from orchestrator.backends.base import Placement, Progress
 from orchestrator.policies import DEFAULT_POLICY, MarketContext, ZoneHistory, market_policy
 from orchestrator.policies.rescale import rescale_target
 from orchestrator.spec import JobSpec, MarketMode, parse_duration
+from orchestrator.state.watch import WatchState
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,22 @@ class JobClock:
     submitted_at: datetime
     deadline: datetime | None
     progress: Progress | None
+
+
+def work_progress(progress: Progress | None, watch: WatchState) -> Progress | None:
+    """The progress the work estimate reads: the current attempt's record when it gives the total
+    steps, else the newest step seen (kept in the job's state) with the total seen. So between
+    attempts and while a new one starts, the work done is what training reached (its checkpoint, when
+    it stopped for a notice), not :func:`~orchestrator.controller.driver.run_hours`' model of it: the
+    two differ by the changeover less the real start-up, and switching between them made the slack
+    jump at every stop and start (a job that left on-demand for spot found itself under the safety
+    net a pass later and went back)."""
+    if progress is not None and progress.total_steps:
+        return progress
+    if watch.samples and watch.total_steps:
+        newest = watch.samples[-1]
+        return Progress(step=newest.step, total_steps=watch.total_steps, time=newest.at)
+    return progress
 
 
 def changeover_hours(spec: JobSpec) -> float:

@@ -10,12 +10,13 @@ import pytest
 from orchestrator.backends.base import NodeObservation, NodePhase, Placement, Progress
 from orchestrator.catalog.offers import MarketKind
 from orchestrator.controller.actions import StartAttempt, StopNodes, Transition
-from orchestrator.controller.market_choice import MarketView, ZoneMarket, work_hours
+from orchestrator.controller.market_choice import MarketView, ZoneMarket, work_hours, work_progress
 from orchestrator.controller.reconcile import JobView, reconcile
 from orchestrator.errors import UserError
 from orchestrator.policies import ZoneHistory
 from orchestrator.spec import load_spec_text
 from orchestrator.state.status import JobStatus
+from orchestrator.state.watch import StepSample, WatchState
 
 S = JobStatus
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
@@ -135,6 +136,24 @@ def test_work_estimate_from_progress_and_time_run() -> None:
     assert work_hours(spec, None, run_h=2.0) is None
     spec = load_spec_text("name: t\ncommand: train.py\ngoals: {compute_hours: 10}\n")
     assert work_hours(spec, Progress(step=25, total_steps=100), run_h=0.0) == (2.5, 10.0)
+
+
+def test_between_attempts_the_work_done_is_the_step_training_reached() -> None:
+    """The stopped run's last line is its "preempted" record (no step line, so no progress): the work
+    done stays the newest step seen, kept in the job's state, instead of switching to the model of it
+    (hours held less a changeover per attempt). The slack is the one the decision to leave on-demand
+    was taken with (the 0.45 h of the test above), so the job is placed on spot, not on-demand again."""
+    seen = WatchState(samples=(StepSample(step=10, at=NOW - timedelta(seconds=30)),), total_steps=100)
+    job = "goals: {compute_hours: 9.5}\n"
+    placing = view(job, market(0, 1, long_runs()), status=S.RECOVERING, attempt=1, placement=ON_DEMAND,
+                   watch=seen)  # fmt: skip
+    assert work_progress(None, seen) == Progress(step=10, total_steps=100, time=seen.samples[0].at)
+    assert launched(reconcile(placing)) is SPOT_B
+    # a new attempt's own record wins as soon as it gives the total
+    fresh = Progress(step=4, total_steps=100, time=NOW)
+    assert work_progress(fresh, seen) is fresh
+    # nothing seen yet: the model of the work done (no hours held here: on-demand)
+    assert launched(reconcile(replace(placing, watch=WatchState()))) is ON_DEMAND
 
 
 def test_unknown_policy_name_is_a_user_error() -> None:
