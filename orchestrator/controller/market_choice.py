@@ -171,6 +171,8 @@ def market_context(
         current_zone=current.zone if current and current.market.value == "spot" else None,
         history=market.history,
         latency_h=market.tick_h,  # a decision is carried out at this pass or the next one
+        # on-demand, told to stop, may take the notice grace to save and exit; a pass sees it ended
+        stop_h=spec.checkpoint.notice_grace_seconds / 3600.0 + market.tick_h,
     )
 
 

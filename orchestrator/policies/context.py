@@ -106,6 +106,8 @@ class MarketContext:
     'on-demand' or None (nothing running), ``current_zone`` its zone. ``spot_available[z]`` says
     whether z has spot capacity now. ``latency_h``: how late an action may be carried out after it is
     decided (a controller acts at its next pass: about a tick; the simulator acts at once: 0).
+    ``stop_h``: how long stopping an on-demand run may take before the job can be placed again (a
+    controller: the notice grace and a pass; the simulator: its latency).
     """
 
     elapsed_h: float
@@ -122,6 +124,7 @@ class MarketContext:
     current_zone: str | None = None
     history: ZoneHistory = field(default_factory=ZoneHistory.empty)
     latency_h: float = 0.0
+    stop_h: float = 0.0
 
     def to_batch(self) -> MarketBatch:
         zones = list(self.zones)
@@ -151,6 +154,7 @@ class MarketContext:
             up_runs=row([float(h.up_runs.get(z, 0)) for z in zones]),
             streak_h=row([h.streak_h.get(z, 0.0) for z in zones]),
             latency_h=self.latency_h,
+            stop_h=self.stop_h,
         )
 
 
@@ -168,7 +172,7 @@ class MarketBatch:
     """:class:`MarketContext` for B jobs at once: arrays of shape (B,) or (B, Z); scalars are shared.
 
     ``market`` holds :class:`Action` codes of what runs now (WAIT = nothing), ``zone`` its zone index
-    (-1 for none). ``latency_h``: see :class:`MarketContext`.
+    (-1 for none). ``latency_h``, ``stop_h``: see :class:`MarketContext`.
     """
 
     elapsed_h: FloatArray
@@ -188,6 +192,7 @@ class MarketBatch:
     up_runs: FloatArray
     streak_h: FloatArray
     latency_h: float = 0.0
+    stop_h: float = 0.0
 
     @property
     def slack_h(self) -> FloatArray:

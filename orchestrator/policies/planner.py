@@ -11,8 +11,11 @@ The program runs over a grid of ``step_h`` hours: the state is (time left, slack
 left, mode, market up/down) with modes idle, warm on-demand and riding spot. Every launch costs the
 changeover, paid, without progress; a launch from idle lands ``latency`` later still (a controller
 carries a decision out at its next pass, up to a tick late; the simulator at once: no latency), one
-from on-demand twice that (on-demand stops, late, and the job is placed again from idle). So in a
-controller the plan goes on-demand early enough to leave it again even when every step lands late.
+from on-demand ``stop`` later again (on-demand stops, and the job is placed again from idle). Leaving
+on-demand must leave the job above the safety net once it has stopped (else, idle and under the net,
+it would go back to on-demand: a changeover for nothing), so on on-demand the net reaches ``stop``
+higher. So in a controller the plan goes on-demand early enough to leave it again even when every
+step lands late.
 Slack below zero is a missed deadline (a large penalty). The answer is a table of the cheapest
 action (an :class:`Action` code) for each (time left, slack) and each of four situations: idle or on
 on-demand, with the market up or down (riding spot in a zone that is up continues: the policy leaves
@@ -58,8 +61,12 @@ class PlanGrid:
     latency_steps: float = 0.0
     """Steps by which an action may be carried out late (a controller's pass: a tick; 0 in the
     simulator, which carries decisions out at once): a launch costs ``changeover_steps`` and lands
-    ``changeover_steps + latency_steps`` later from idle, ``changeover_steps + 2 * latency_steps``
-    from on-demand (the stop, then the launch; the wait unpaid)."""
+    ``changeover_steps + latency_steps`` later from idle, ``changeover_steps + latency_steps +
+    stop_steps`` from on-demand (the stop, then the launch; the wait unpaid)."""
+    stop_steps: float = 0.0
+    """Steps stopping an on-demand run may take before the job is placed again (a controller: the
+    notice grace and a pass; the simulator: its latency). On on-demand the safety net reaches this
+    much higher: a job leaves on-demand only if it is still above the net once stopped."""
 
     @classmethod
     def for_job(
@@ -71,6 +78,7 @@ class PlanGrid:
         spot: float,
         od: float,
         latency_h: float = 0.0,
+        stop_h: float = 0.0,
     ) -> PlanGrid:
         slack_h = max(deadline_h - work_h, 0.0)
         coarse = max(deadline_h / _MAX_TIME_STEPS, slack_h / _MAX_SLACK_STEPS)
@@ -87,6 +95,7 @@ class PlanGrid:
             on_demand_price=od,
             safety_steps=float(np.float32((2.0 * changeover_h + tick_h) / step)),
             latency_steps=float(np.float32(latency_h / step)),
+            stop_steps=float(np.float32(stop_h / step)),
         )
 
 
@@ -112,12 +121,12 @@ def _two_state(up_loss: float, recovery: float, hours: float) -> tuple[float, fl
 def plan(grid: PlanGrid, models: list[MarketModel]) -> NDArray[np.int8]:
     """(len(models), time_steps, slack_steps, 4): the cheapest action per model, time left, slack and
     situation (an :class:`Action` code). Vectorised over models and slack, one step of time left at a
-    time (each step reads the last ``changeover + 2 latency + 1`` ones)."""
+    time (each step reads the last ``changeover + latency + stop + 1`` ones)."""
     n_t, n_s, dt, k = grid.time_steps, grid.slack_steps, grid.step_h, len(models)
     ps, po = grid.spot_price * dt, grid.on_demand_price * dt
     c = grid.changeover_steps  # paid
     c_idle = c + grid.latency_steps  # from idle, until the launch has landed
-    c_od = c + 2.0 * grid.latency_steps  # from on-demand: stopping it, then a launch from idle
+    c_od = c_idle + grid.stop_steps  # from on-demand: stopping it, then a launch from idle
     c_lo = math.floor(c_od)
 
     def col(values: list[float]) -> FloatArray:
@@ -136,7 +145,9 @@ def plan(grid: PlanGrid, models: list[MarketModel]) -> NDArray[np.int8]:
     values = np.full((ring, 5, k, pad + n_s), _PENALTY)  # per step: IU, ID, OU, OD, R
     actions = np.zeros((k, n_t, n_s, 4), dtype=np.int8)
     done_at = np.arange(n_s)[None, :]
-    netted = np.arange(n_s) < grid.safety_steps - 1e-6  # the safety net decides there: on-demand
+    # the safety net decides there: on-demand; on on-demand also where the job, once stopped, would be
+    netted = np.arange(n_s) < grid.safety_steps - 1e-6
+    netted_od = np.arange(n_s) < grid.safety_steps + grid.stop_steps - 1e-6
 
     def at(v: FloatArray, shift: int) -> FloatArray:
         return v[..., pad - shift : pad - shift + n_s]
@@ -174,8 +185,9 @@ def plan(grid: PlanGrid, models: list[MarketModel]) -> NDArray[np.int8]:
                 best = np.minimum(best, spot)
             act[od < best] = Action.ON_DEMAND
             best = np.minimum(best, od)
-            act[:, netted] = Action.ON_DEMAND
-            best[:, netted] = od[:, netted]
+            net = netted_od if i >= OD_UP else netted
+            act[:, net] = Action.ON_DEMAND
+            best[:, net] = od[:, net]
             actions[:, tau, :, i] = act
             cur[i, :, pad:] = best
         cur[4, :, pad:] = ps + surv * r1 + (1.0 - surv) * (q * iu1 + (1.0 - q) * id1)

@@ -51,7 +51,8 @@ class PlanAheadPolicy(MarketPolicy):
         best_up = np.argmin(np.where(b.spot_available, loss, np.inf), axis=1)
         zone = np.where(riding, b.zone, best_up)
         on_od = b.market == Action.ON_DEMAND
-        short = b.slack_h < b.safety_h
+        # the safety net; on on-demand it reaches the stop higher: leave only if still above it once stopped
+        short = b.slack_h < b.safety_h + np.where(on_od, b.stop_h, 0.0)
         if not (math.isfinite(b.deadline_h) and math.isfinite(b.work_total_h)):
             od = on_od & ~any_up
             return choose_actions(n, od, (riding | any_up) & ~od, zone)
@@ -68,12 +69,19 @@ class PlanAheadPolicy(MarketPolicy):
 
         grid = PlanGrid.for_job(
             b.deadline_h, b.work_total_h, b.changeover_h, b.tick_h, b.spot_price, b.on_demand_price,
-            b.latency_h,
+            b.latency_h, b.stop_h,
         )  # fmt: skip
         situation = np.where(on_od, np.where(any_up, OD_UP, OD_DOWN), np.where(any_up, IDLE_UP, IDLE_DOWN))
-        planned = plan_cache(grid).lookup(
+        cache = plan_cache(grid)
+        planned = cache.lookup(
             ride_loss, failover, any_recovery, np.maximum(b.time_left_h, 0.0), b.slack_h, situation
         )
+        leaving = on_od & (planned != Action.ON_DEMAND)
+        if leaving.any():  # only if the plan, asked again once stopped, would not send it straight back
+            idle = np.where(any_up, IDLE_UP, IDLE_DOWN)
+            after_h = np.maximum(b.time_left_h - b.stop_h, 0.0)
+            again = cache.lookup(ride_loss, failover, any_recovery, after_h, b.slack_h - b.stop_h, idle)
+            planned = np.where(leaving & (again == Action.ON_DEMAND), int(Action.ON_DEMAND), planned)
         od = (short & ~riding) | (~riding & (planned == Action.ON_DEMAND))
         spot = riding | (any_up & (planned == Action.SPOT) & ~od)
         return choose_actions(n, od, spot, zone)

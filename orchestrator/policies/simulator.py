@@ -106,12 +106,14 @@ def simulate(
     starts: IntArray,
     launches: list[Launch] | None = None,
     latency_h: float = 0.0,
+    stop_h: float | None = None,
 ) -> SimResult:
     """Run ``policy`` from every start tick in ``starts`` (vectorised over starts).
 
     ``launches``, when given, receives every launch of the first start point (to compare one run's
     decisions with the controller's). ``latency_h`` tells the policy how late its actions may be
-    carried out, as a controller does (its tick); the simulator still carries them out at once.
+    carried out, as a controller does (its tick), and ``stop_h`` how long stopping on-demand may take
+    (default: ``latency_h``); the simulator still carries decisions out at once.
     """
     job.validate()
     dt, n, zones = trace.tick_h, len(starts), len(trace.zones)
@@ -175,6 +177,7 @@ def simulate(
             up_runs=runs,
             streak_h=streak,
             latency_h=latency_h,
+            stop_h=latency_h if stop_h is None else stop_h,
         )
         action, want_zone = policy.decide_batch(batch)
         action = np.where(tau >= deadline_t - _EPS, int(Action.ON_DEMAND), action)

@@ -16,9 +16,10 @@ INF = math.inf
 
 def brute_force_q(grid: PlanGrid, model: MarketModel):  # type: ignore[no-untyped-def]
     """Q(time left, slack, situation) -> {action: expected cost}, by plain recursion (whole-step
-    changeovers and latencies only). Under the safety net (slack < ``grid.safety_steps``) only on-demand
-    is allowed. A launch pays ``c`` steps; from idle it lands ``c + latency`` steps later, from
-    on-demand (stop, then launch) ``c + 2 latency``."""
+    changeovers, latencies and stops only). Under the safety net (slack < ``grid.safety_steps``, on
+    on-demand ``grid.safety_steps + grid.stop_steps``) only on-demand is allowed. A launch pays ``c``
+    steps; from idle it lands ``c + latency`` steps later, from on-demand (stop, then launch)
+    ``c + latency + stop``."""
     c = round(grid.changeover_steps)
     land = c + round(grid.latency_steps)
     dt = grid.step_h
@@ -58,7 +59,7 @@ def brute_force_q(grid: PlanGrid, model: MarketModel):  # type: ignore[no-untype
             )
         }
         if up:
-            after = land + round(grid.latency_steps) if state == "od" else land
+            after = land + round(grid.stop_steps) if state == "od" else land
             surv_c = math.exp(-model.ride_loss * after * dt)
             lost = mix(
                 model.failover,
@@ -75,7 +76,7 @@ def brute_force_q(grid: PlanGrid, model: MarketModel):  # type: ignore[no-untype
             q[int(Action.ON_DEMAND)] = c * po + mix(
                 pc, value(tau - land, s - land, "od", True), value(tau - land, s - land, "od", False)
             )
-        if s < grid.safety_steps:
+        if s < grid.safety_steps + (grid.stop_steps if state == "od" else 0.0):
             return {int(Action.ON_DEMAND): q[int(Action.ON_DEMAND)]}
         return q
 
@@ -91,25 +92,30 @@ SITUATIONS = {
 
 
 @pytest.mark.parametrize(
-    ("changeover", "safety", "latency", "model"),
+    ("changeover", "safety", "latency", "stop", "model"),
     [
-        (1, 0.0, 0, MarketModel(ride_loss=0.5, failover=0.0, up_loss=0.5, recovery=0.3)),
-        (1, 0.0, 0, MarketModel(ride_loss=0.1, failover=0.6, up_loss=0.04, recovery=1.0)),
-        (2, 0.0, 0, MarketModel(ride_loss=1.5, failover=0.0, up_loss=1.5, recovery=0.1)),
-        (2, 0.0, 0, MarketModel(ride_loss=0.3, failover=0.3, up_loss=0.2, recovery=0.5)),
+        (1, 0.0, 0, 0, MarketModel(ride_loss=0.5, failover=0.0, up_loss=0.5, recovery=0.3)),
+        (1, 0.0, 0, 0, MarketModel(ride_loss=0.1, failover=0.6, up_loss=0.04, recovery=1.0)),
+        (2, 0.0, 0, 0, MarketModel(ride_loss=1.5, failover=0.0, up_loss=1.5, recovery=0.1)),
+        (2, 0.0, 0, 0, MarketModel(ride_loss=0.3, failover=0.3, up_loss=0.2, recovery=0.5)),
         # with the safety net of two changeovers and a tick (a tick = one step here)
-        (1, 3.0, 0, MarketModel(ride_loss=0.5, failover=0.0, up_loss=0.5, recovery=0.3)),
-        (2, 5.0, 0, MarketModel(ride_loss=0.3, failover=0.3, up_loss=0.2, recovery=0.5)),
+        (1, 3.0, 0, 0, MarketModel(ride_loss=0.5, failover=0.0, up_loss=0.5, recovery=0.3)),
+        (2, 5.0, 0, 0, MarketModel(ride_loss=0.3, failover=0.3, up_loss=0.2, recovery=0.5)),
         # and a launch that lands a tick late (as a controller plans)
-        (1, 3.0, 1, MarketModel(ride_loss=0.5, failover=0.0, up_loss=0.5, recovery=0.3)),
-        (1, 3.0, 1, MarketModel(ride_loss=0.1, failover=0.6, up_loss=0.04, recovery=1.0)),
-        (2, 5.0, 1, MarketModel(ride_loss=0.3, failover=0.3, up_loss=0.2, recovery=0.5)),
+        (1, 3.0, 1, 1, MarketModel(ride_loss=0.5, failover=0.0, up_loss=0.5, recovery=0.3)),
+        (1, 3.0, 1, 1, MarketModel(ride_loss=0.1, failover=0.6, up_loss=0.04, recovery=1.0)),
+        (2, 5.0, 1, 1, MarketModel(ride_loss=0.3, failover=0.3, up_loss=0.2, recovery=0.5)),
+        # and stopping on-demand taking longer than a pass (a controller: the notice grace)
+        (1, 3.0, 1, 2, MarketModel(ride_loss=0.5, failover=0.0, up_loss=0.5, recovery=0.3)),
+        (2, 5.0, 0, 3, MarketModel(ride_loss=0.1, failover=0.6, up_loss=0.04, recovery=1.0)),
     ],
 )
-def test_planned_action_is_optimal(changeover: int, safety: float, latency: int, model: MarketModel) -> None:
-    grid = PlanGrid(step_h=0.5, time_steps=14, slack_steps=7, changeover_steps=float(changeover),
+def test_planned_action_is_optimal(
+    changeover: int, safety: float, latency: int, stop: int, model: MarketModel
+) -> None:
+    grid = PlanGrid(step_h=0.5, time_steps=14, slack_steps=9, changeover_steps=float(changeover),
                     spot_price=1.0, on_demand_price=3.0, safety_steps=safety,
-                    latency_steps=float(latency))  # fmt: skip
+                    latency_steps=float(latency), stop_steps=float(stop))  # fmt: skip
     table = plan(grid, [model])[0]
     q_values = brute_force_q(grid, model)
     checked = 0

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from orchestrator.policies import planner
 from orchestrator.policies.context import MarketContext, ZoneHistory
 from orchestrator.policies.market import market_policy
@@ -94,3 +96,37 @@ def test_a_restarted_controller_decides_the_same() -> None:
     planner._CACHES.clear()  # a new process: no planning table cached
     assert [decide(c) for c in cases] == first
     assert len(set(first)) > 1
+
+
+def test_leaving_on_demand_is_never_followed_by_on_demand_once_stopped() -> None:
+    """A controller tells on-demand to stop; placed again (idle) up to ``stop_h`` later, with the market
+    as it was, the job must not be sent back to on-demand: that pays a changeover for nothing (seen
+    in CI as a flip-flop). Checked near the safety net (up to twice the stop and a changeover above
+    it), over deadlines, changeovers, controller passes, notice graces and histories."""
+    rng = np.random.default_rng(7)
+    left = 0
+    for _ in range(120):
+        deadline, change = float(rng.choice([52.0, 70.0])), float(rng.choice([0.05, 0.2, 0.5]))
+        tick, grace = float(rng.choice([1.0, 60.0])) / 3600, float(rng.choice([5.0, 120.0])) / 3600
+        elapsed = rng.uniform(1.0, 40.0)
+        slack = 2 * change + tick + rng.uniform(0.0, 2 * (grace + tick) + change)
+        done = 48.0 - ((deadline - elapsed) - slack)
+        up_h = rng.uniform(0.3, 1.0) * elapsed
+        history = ZoneHistory(
+            observed_h=elapsed, any_available_h=up_h, available_h={"a": 0.0, "b": up_h},
+            up_runs={"a": 0, "b": int(rng.integers(1, 4))}, streak_h={"a": elapsed, "b": 0.5},
+            last_available={"a": False, "b": True},
+        )  # fmt: skip
+        same = {
+            "deadline_h": deadline, "work_done_h": done, "work_total_h": 48.0, "changeover_h": change,
+            "tick_h": tick, "spot_price": 0.9, "on_demand_price": 3.06, "zones": ["a", "b"],
+            "spot_available": {"a": False, "b": True}, "history": history, "latency_h": tick,
+            "stop_h": grace + tick,
+        }  # fmt: skip
+        if decide(MarketContext(elapsed_h=elapsed, current_market="on-demand", **same))[0] == "on-demand":
+            continue
+        left += 1
+        for part in (0.25, 0.5, 1.0):
+            later = MarketContext(elapsed_h=elapsed + part * (grace + tick), **same)
+            assert decide(later)[0] != "on-demand", (deadline, change, tick, grace, slack, part)
+    assert left > 40
