@@ -93,10 +93,18 @@ class PlanGrid:
             changeover_steps=max(changeover_h / step, 1.0),
             spot_price=spot,
             on_demand_price=od,
-            safety_steps=float(np.float32((2.0 * changeover_h + tick_h) / step)),
-            latency_steps=float(np.float32(latency_h / step)),
-            stop_steps=float(np.float32(stop_h / step)),
+            safety_steps=_sixteenths((2.0 * changeover_h + tick_h) / step),
+            latency_steps=_sixteenths(latency_h / step),
+            stop_steps=_sixteenths(stop_h / step),
         )
+
+
+def _sixteenths(steps: float) -> float:
+    """``steps`` rounded up to a sixteenth: a controller's pass lasts a little more or less each time,
+    and a grid that changed with it would be planned again at every pass (tens of ms a job). Up, so
+    that the plan never counts on less latency or slack than there is; a whole number of steps, the
+    net's edge in the table, stays the same."""
+    return math.ceil(steps * 16.0 - 1e-6) / 16.0
 
 
 @dataclass(frozen=True)

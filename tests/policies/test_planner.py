@@ -170,3 +170,18 @@ def test_the_plan_never_goes_on_demand_where_landing_a_tick_late_leaves_it_under
 
     assert on_the_edge(1.0) == 0
     assert on_the_edge(0.0) > 0
+
+
+def test_a_controllers_jittery_pass_keeps_the_grid_and_its_cached_tables() -> None:
+    """The controller passes its pass (time since the last one) as tick and latency: a pass of 1.004 s
+    instead of 1 s must not make a new grid (planned again, tens of ms, at every pass of every job)."""
+
+    def grid(pass_s: float) -> PlanGrid:
+        tick = pass_s / 3600
+        return PlanGrid.for_job(52.0, 48.0, 0.2, tick, 0.9, 3.06, latency_h=tick, stop_h=30 / 3600 + tick)
+
+    assert grid(1.0) == grid(1.004) == grid(0.997)
+    # rounded up: never less latency, stop or safety net than given
+    exact = grid(1.0)
+    assert exact.stop_steps * exact.step_h >= 31 / 3600
+    assert exact.safety_steps * exact.step_h >= 0.4 + 1 / 3600
