@@ -14,8 +14,9 @@ carries a decision out at its next pass, up to a tick late; the simulator at onc
 from on-demand ``stop`` later again (on-demand stops, and the job is placed again from idle). Leaving
 on-demand must leave the job above the safety net once it has stopped (else, idle and under the net,
 it would go back to on-demand: a changeover for nothing), so on on-demand the net reaches ``stop``
-higher. So in a controller the plan goes on-demand early enough to leave it again even when every
-step lands late.
+higher, and waiting from on-demand reaches the idle job ``stop`` later (not a step: else the plan
+could dodge the stop by waiting a step, then launching spot from idle). So in a controller the plan
+goes on-demand early enough to leave it again even when every step lands late.
 Slack below zero is a missed deadline (a large penalty). The answer is a table of the cheapest
 action (an :class:`Action` code) for each (time left, slack) and each of four situations: idle or on
 on-demand, with the market up or down (riding spot in a zone that is up continues: the policy leaves
@@ -142,8 +143,12 @@ def plan(grid: PlanGrid, models: list[MarketModel]) -> NDArray[np.int8]:
 
     steps = [_two_state(m.up_loss, m.recovery, dt) for m in models]
     launches = [_two_state(m.up_loss, m.recovery, c_idle * dt) for m in models]
+    stops = [_two_state(m.up_loss, m.recovery, grid.stop_steps * dt) for m in models]
     uu, du = col([p[0] for p in steps]), col([p[1] for p in steps])
     cuu, cdu = col([p[0] for p in launches]), col([p[1] for p in launches])
+    suu, sdu = col([p[0] for p in stops]), col([p[1] for p in stops])
+    # waiting from on-demand: the job is idle once stopped (never sooner than the next step)
+    slow_stop = grid.stop_steps > 1.0
     surv = col([math.exp(-m.ride_loss * dt) for m in models])
     surv_idle = col([math.exp(-m.ride_loss * c_idle * dt) for m in models])
     surv_od = col([math.exp(-m.ride_loss * c_od * dt) for m in models])
@@ -178,12 +183,16 @@ def plan(grid: PlanGrid, models: list[MarketModel]) -> NDArray[np.int8]:
         spot_from_od = c * ps + surv_od * m_r + (1.0 - surv_od) * (q * m_iu + (1.0 - q) * m_id)
         wait_up = uu * w_iu + (1.0 - uu) * w_id
         wait_down = du * w_iu + (1.0 - du) * w_id
+        stop_up, stop_down = wait_up, wait_down
+        if slow_stop:
+            s_iu, s_id = landed(tau, grid.stop_steps)[:2]
+            stop_up, stop_down = suu * s_iu + (1.0 - suu) * s_id, sdu * s_iu + (1.0 - sdu) * s_id
         cur = values[tau % ring]
         situations = (
             (wait_up, spot_launch, c * po + cuu * l_ou + (1.0 - cuu) * l_od),  # idle, market up
             (wait_down, None, c * po + cdu * l_ou + (1.0 - cdu) * l_od),  # idle, market down
-            (wait_up, spot_from_od, po + uu * ou1 + (1.0 - uu) * od1),  # on-demand, market up
-            (wait_down, None, po + du * ou1 + (1.0 - du) * od1),  # on-demand, market down
+            (stop_up, spot_from_od, po + uu * ou1 + (1.0 - uu) * od1),  # on-demand, market up
+            (stop_down, None, po + du * ou1 + (1.0 - du) * od1),  # on-demand, market down
         )
         for i, (wait, spot, od) in enumerate(situations):
             # the cheapest, ties to the first of wait, spot, on-demand (codes 0, 1, 2)

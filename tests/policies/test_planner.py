@@ -19,7 +19,7 @@ def brute_force_q(grid: PlanGrid, model: MarketModel):  # type: ignore[no-untype
     changeovers, latencies and stops only). Under the safety net (slack < ``grid.safety_steps``, on
     on-demand ``grid.safety_steps + grid.stop_steps``) only on-demand is allowed. A launch pays ``c``
     steps; from idle it lands ``c + latency`` steps later, from on-demand (stop, then launch)
-    ``c + latency + stop``."""
+    ``c + latency + stop``; waiting from on-demand is idle ``stop`` steps later (at least one)."""
     c = round(grid.changeover_steps)
     land = c + round(grid.latency_steps)
     dt = grid.step_h
@@ -53,9 +53,13 @@ def brute_force_q(grid: PlanGrid, model: MarketModel):  # type: ignore[no-untype
 
     def q_values(tau: int, s: int, state: str, up: bool) -> dict[int, float]:
         p1 = up_after(1, up)
+        # waiting from on-demand: idle once stopped, at least a step later
+        wait = round(grid.stop_steps) if state == "od" and grid.stop_steps > 1 else 1
         q = {
             int(Action.WAIT): mix(
-                p1, value(tau - 1, s - 1, "idle", True), value(tau - 1, s - 1, "idle", False)
+                up_after(wait, up),
+                value(tau - wait, s - wait, "idle", True),
+                value(tau - wait, s - wait, "idle", False),
             )
         }
         if up:
