@@ -102,15 +102,18 @@ def test_leaving_on_demand_is_never_followed_by_on_demand_once_stopped() -> None
     """A controller tells on-demand to stop; placed again (idle) up to ``stop_h`` later, with the market
     as it was, the job must not be sent back to on-demand: that pays a changeover for nothing (seen
     in CI as a flip-flop). Checked near the safety net (up to twice the stop and a changeover above
-    it), over deadlines, changeovers, controller passes, notice graces and histories."""
+    it), over jobs (a 2 h one plans in steps of 18 to 60 s, often shorter than a stop), changeovers,
+    controller passes, notice graces and histories."""
     rng = np.random.default_rng(7)
-    left = 0
-    for _ in range(120):
-        deadline, change = float(rng.choice([52.0, 70.0])), float(rng.choice([0.05, 0.2, 0.5]))
+    jobs = [(52.0, 48.0, (0.05, 0.2, 0.5)), (70.0, 48.0, (0.05, 0.2, 0.5)), (2.0, 1.5, (0.02, 0.05))]
+    left = short_left = 0
+    for _ in range(150):
+        deadline, work, changes = jobs[int(rng.integers(len(jobs)))]
+        change = float(rng.choice(changes))
         tick, grace = float(rng.choice([1.0, 60.0])) / 3600, float(rng.choice([5.0, 120.0])) / 3600
-        elapsed = rng.uniform(1.0, 40.0)
+        elapsed = rng.uniform(0.02, 0.75) * deadline
         slack = 2 * change + tick + rng.uniform(0.0, 2 * (grace + tick) + change)
-        done = 48.0 - ((deadline - elapsed) - slack)
+        done = work - ((deadline - elapsed) - slack)
         up_h = rng.uniform(0.3, 1.0) * elapsed
         history = ZoneHistory(
             observed_h=elapsed, any_available_h=up_h, available_h={"a": 0.0, "b": up_h},
@@ -118,7 +121,7 @@ def test_leaving_on_demand_is_never_followed_by_on_demand_once_stopped() -> None
             last_available={"a": False, "b": True},
         )  # fmt: skip
         same = {
-            "deadline_h": deadline, "work_done_h": done, "work_total_h": 48.0, "changeover_h": change,
+            "deadline_h": deadline, "work_done_h": done, "work_total_h": work, "changeover_h": change,
             "tick_h": tick, "spot_price": 0.9, "on_demand_price": 3.06, "zones": ["a", "b"],
             "spot_available": {"a": False, "b": True}, "history": history, "latency_h": tick,
             "stop_h": grace + tick,
@@ -126,7 +129,8 @@ def test_leaving_on_demand_is_never_followed_by_on_demand_once_stopped() -> None
         if decide(MarketContext(elapsed_h=elapsed, current_market="on-demand", **same))[0] == "on-demand":
             continue
         left += 1
+        short_left += deadline < 3
         for part in (0.25, 0.5, 1.0):
             later = MarketContext(elapsed_h=elapsed + part * (grace + tick), **same)
             assert decide(later)[0] != "on-demand", (deadline, change, tick, grace, slack, part)
-    assert left > 40
+    assert left > 40 and short_left > 10
