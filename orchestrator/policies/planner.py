@@ -134,8 +134,13 @@ def plan(grid: PlanGrid, models: list[MarketModel]) -> NDArray[np.int8]:
     n_t, n_s, dt, k = grid.time_steps, grid.slack_steps, grid.step_h, len(models)
     ps, po = grid.spot_price * dt, grid.on_demand_price * dt
     c = grid.changeover_steps  # paid
-    c_idle = c + grid.latency_steps  # from idle, until the launch has landed
-    c_od = c_idle + grid.stop_steps  # from on-demand: stopping it, then a launch from idle
+    # A launch or stop that lands more slack steps later than the table holds lands below slack 0
+    # whatever the slack: a missed deadline. So the distances are capped there, which bounds the
+    # memory (a ring of that many steps) whatever the spec's changeover and notice grace.
+    most = float(n_s)
+    c_idle = min(c + grid.latency_steps, most)  # from idle, until the launch has landed
+    c_od = min(c_idle + grid.stop_steps, most)  # from on-demand: stopping it, then a launch from idle
+    stop = min(grid.stop_steps, most)
     c_lo = math.floor(c_od)
 
     def col(values: list[float]) -> FloatArray:
@@ -143,12 +148,12 @@ def plan(grid: PlanGrid, models: list[MarketModel]) -> NDArray[np.int8]:
 
     steps = [_two_state(m.up_loss, m.recovery, dt) for m in models]
     launches = [_two_state(m.up_loss, m.recovery, c_idle * dt) for m in models]
-    stops = [_two_state(m.up_loss, m.recovery, grid.stop_steps * dt) for m in models]
+    stops = [_two_state(m.up_loss, m.recovery, stop * dt) for m in models]
     uu, du = col([p[0] for p in steps]), col([p[1] for p in steps])
     cuu, cdu = col([p[0] for p in launches]), col([p[1] for p in launches])
     suu, sdu = col([p[0] for p in stops]), col([p[1] for p in stops])
     # waiting from on-demand: the job is idle once stopped (never sooner than the next step)
-    slow_stop = grid.stop_steps > 1.0
+    slow_stop = stop > 1.0
     surv = col([math.exp(-m.ride_loss * dt) for m in models])
     surv_idle = col([math.exp(-m.ride_loss * c_idle * dt) for m in models])
     surv_od = col([math.exp(-m.ride_loss * c_od * dt) for m in models])
@@ -185,7 +190,7 @@ def plan(grid: PlanGrid, models: list[MarketModel]) -> NDArray[np.int8]:
         wait_down = du * w_iu + (1.0 - du) * w_id
         stop_up, stop_down = wait_up, wait_down
         if slow_stop:
-            s_iu, s_id = landed(tau, grid.stop_steps)[:2]
+            s_iu, s_id = landed(tau, stop)[:2]
             stop_up, stop_down = suu * s_iu + (1.0 - suu) * s_id, sdu * s_iu + (1.0 - sdu) * s_id
         cur = values[tau % ring]
         situations = (

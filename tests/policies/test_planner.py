@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import tracemalloc
+from dataclasses import replace
 from functools import cache
 
 import numpy as np
@@ -189,3 +191,26 @@ def test_a_controllers_jittery_pass_keeps_the_grid_and_its_cached_tables() -> No
     exact = grid(1.0)
     assert exact.stop_steps * exact.step_h >= 31 / 3600
     assert exact.safety_steps * exact.step_h >= 0.4 + 1 / 3600
+
+
+def test_a_long_notice_grace_or_changeover_keeps_the_plan_small() -> None:
+    """A short job with a long notice grace (the spec allows an hour) or changeover: a stop or launch
+    landing beyond the slack the table holds is a missed deadline however far beyond, so the plan
+    caps the distance there. Before, a 230 s job with an hour's grace planned a ring of 3,600 steps
+    (4.7 GB, 12 s) at every pass; now the same actions in a few MB."""
+    models = [MarketModel(0.5, 0.3, 0.35, 0.5), MarketModel(2.0, 0.0, 2.0, 0.25)]
+    hour = 3600.0
+    for change_s, grace_s in ((10.0, 1000.0), (1000.0, 5.0)):
+        grid = PlanGrid.for_job(230 / hour, 90 / hour, change_s / hour, 1 / hour, 0.5, 3.06, 1 / hour,
+                                (grace_s + 1) / hour)  # fmt: skip
+        tracemalloc.start()
+        table = plan(grid, models)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert peak < 20 * 2**20, peak
+        capped = replace(
+            grid,
+            changeover_steps=min(grid.changeover_steps, grid.slack_steps + 1.0),
+            stop_steps=min(grid.stop_steps, grid.slack_steps + 1.0),
+        )
+        assert np.array_equal(table, plan(capped, models))
