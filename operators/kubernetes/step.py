@@ -44,7 +44,7 @@ from orchestrator.backends.kubernetes.observe import pod_phase
 from orchestrator.catalog.offers import MarketKind
 from orchestrator.controller import actions as act
 from orchestrator.controller import engine
-from orchestrator.controller.market_choice import JobClock, MarketView, work_progress
+from orchestrator.controller.market_choice import JobClock, MarketView
 from orchestrator.controller.placement import Candidates
 from orchestrator.controller.reconcile import JobView, reconcile_and_explain
 from orchestrator.notify import JobRef, Notification, notifications_for
@@ -321,7 +321,7 @@ def step(
             spec, loaded, pods, existing_nodes, pair, created_at, now, regrow_after_s, market,
             progress=progress,
         )  # fmt: skip
-        clock = JobClock(now, created_at, first.deadline, work_progress(first.progress, first.watch))
+        clock = JobClock(now, created_at, first.deadline, first.progress, first.watch)
         shortage = policy_moves(spec, first.market or market, clock)
     seen = observe(loaded, pods, existing_nodes, shortage)
     state = engine.record_notices(loaded, {n.node_id: n.notice_at for n in seen if n.notice_at})

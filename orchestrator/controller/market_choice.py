@@ -56,12 +56,14 @@ class MarketChoice:
 
 @dataclass(frozen=True)
 class JobClock:
-    """The job's time and progress, as the policy needs them."""
+    """The job's time and progress, as the policy needs them: the current attempt's progress record,
+    and the step samples kept in the job's state (read between attempts: :func:`work_progress`)."""
 
     now: datetime
     submitted_at: datetime
     deadline: datetime | None
     progress: Progress | None
+    watch: WatchState = field(default_factory=WatchState)
 
 
 def work_progress(progress: Progress | None, watch: WatchState) -> Progress | None:
@@ -147,7 +149,7 @@ def market_context(
 ) -> MarketContext | None:
     """The policy's inputs, in hours since submission; None when the slack cannot be known."""
     change_h = changeover_hours(spec)
-    work = work_hours(spec, clock.progress, market.run_h)
+    work = work_hours(spec, work_progress(clock.progress, clock.watch), market.run_h)
     if clock.deadline is None:
         deadline_h = math.inf
         work = work or (0.0, 1.0)  # no deadline: the slack is infinite whatever the work

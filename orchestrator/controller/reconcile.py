@@ -36,7 +36,6 @@ from orchestrator.controller.market_choice import (
     changeover_hours,
     choose_market,
     leave_on_demand,
-    work_progress,
 )
 from orchestrator.controller.waiting import why_waiting
 from orchestrator.controller.watchdog import watch_actions
@@ -398,7 +397,7 @@ def market_view(view: JobView) -> MarketView:
 
 
 def _clock(view: JobView) -> JobClock:
-    return JobClock(view.now, view.submitted_at, view.deadline, work_progress(view.progress, view.watch))
+    return JobClock(view.now, view.submitted_at, view.deadline, view.progress, view.watch)
 
 
 def _close(view: JobView, reason: str) -> list[Action]:

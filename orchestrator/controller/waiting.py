@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from orchestrator.backends.base import NodePhase
-from orchestrator.controller.market_choice import JobClock, MarketView, choose_market, work_progress
+from orchestrator.controller.market_choice import JobClock, MarketView, choose_market
 from orchestrator.state.status import JobStatus
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ def _placing(view: JobView, market: MarketView) -> Reason:
         return "checkpoint", (
             f"waiting for the stopped nodes of attempt {view.attempt} to save their checkpoint and exit"
         )
-    clock = JobClock(view.now, view.submitted_at, view.deadline, work_progress(view.progress, view.watch))
+    clock = JobClock(view.now, view.submitted_at, view.deadline, view.progress, view.watch)
     choice = choose_market(view.spec, market, clock)
     if not isinstance(choice, str):
         return "placing", f"placing on {choice.placement.market} {choice.placement.zone}: {choice.why}"
