@@ -123,12 +123,12 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-# plan-ahead's constants to choose from (priors on the mean up and down run, hours)
+# plan-ahead's constant to choose from: the prior's cycle (an up run and a down run), in hours
 CANDIDATES = {
-    "plan-ahead": (2.0, 2.0),
-    "plan-ahead 0.5h": (0.5, 0.5),
-    "plan-ahead 1h": (1.0, 1.0),
-    "plan-ahead 4h": (4.0, 4.0),
+    "plan-ahead": 4.0,
+    "plan-ahead 2h": 2.0,
+    "plan-ahead 3h": 3.0,
+    "plan-ahead 6h": 6.0,
 }
 AWS_GROUPS = ("us-east-1a", "us-east-1c", "us-east-2b", "us-west-2b", "us-east-1a,1c,1d", "all 9 zones")
 
@@ -146,7 +146,7 @@ def heldout_sets(files: list[Path]) -> dict[str, list[tuple[str, AvailabilityTra
 def heldout(files: list[Path], starts: int, seed: int, markdown: bool) -> int:
     began = time.perf_counter()
     policies = {name: market_policy(name) for name in (*BASELINES, "reserve-slack")}
-    policies.update({name: PlanAheadPolicy(up, down) for name, (up, down) in CANDIDATES.items()})
+    policies.update({name: PlanAheadPolicy(cycle) for name, cycle in CANDIDATES.items()})
     rows = evaluate_rows(heldout_sets(files), policies, starts=starts, seed=seed)
     folds = leave_one_set_out(rows, list(CANDIDATES))
     header = ["held-out set", "zones", "deadline x, changeover h, spot/od", "best baseline", "reserve-slack",

@@ -4,7 +4,12 @@ Every tick, from the history in the context only (so a restarted controller deci
 
 1. Per zone, the rates at which spot goes away and comes back, from the lengths of its up and down
    runs so far (censored: the current run counts as time, not as an ended run), each with a prior of
-   one run of ``prior_up_h`` / ``prior_down_h``.
+   ``prior_runs`` runs. The prior's runs split a cycle of ``prior_cycle_h`` hours by the share of time
+   the zone has had spot so far (itself smoothed by half a cycle up and half down): a zone seen with
+   spot 10 % of the time is expected to have short up runs and long down runs from the start, not
+   the same guess for every zone (which made the plan try many short spot runs in a mostly-down zone
+   before its own runs outweighed the guess). Four runs, not more: a zone whose spot comes and goes
+   every few minutes must soon look like one (with 8, 25 runs of 0.1 h still read as 0.4 h).
 2. The job's market model (:class:`MarketModel`): the zone it rides (the current one, else the one
    with spot whose runs last longest), the chance that another zone has spot when that one is lost
    (zones taken as independent), and how fast "no zone has spot" ends (the sum of the zones'
@@ -34,9 +39,9 @@ class PlanAheadPolicy(MarketPolicy):
     name = "plan-ahead"
     description = "learns each zone's up/down runs, plans the rest of the job by dynamic programming"
 
-    def __init__(self, prior_up_h: float = 2.0, prior_down_h: float = 2.0) -> None:
-        self.prior_up_h = prior_up_h
-        self.prior_down_h = prior_down_h
+    def __init__(self, prior_cycle_h: float = 4.0, prior_runs: float = 4.0) -> None:
+        self.prior_cycle_h = prior_cycle_h
+        self.prior_runs = prior_runs
 
     def decide_batch(self, b: MarketBatch) -> tuple[IntArray, IntArray]:
         n = b.elapsed_h.shape[0]
@@ -61,9 +66,7 @@ class PlanAheadPolicy(MarketPolicy):
         ride_loss = loss[rows, ride_zone]
         others_down = np.where(np.arange(loss.shape[1])[None, :] == ride_zone[:, None], 1.0, 1.0 - share)
         failover = 1.0 - np.prod(others_down, axis=1)
-        p_any = (b.any_available_h + 0.5 * (self.prior_up_h + self.prior_down_h)) / (
-            b.observed_h + self.prior_up_h + self.prior_down_h
-        )
+        p_any = (b.any_available_h + 0.5 * self.prior_cycle_h) / (b.observed_h + self.prior_cycle_h)
         seen = ride_loss * (1.0 - failover) * p_any / np.maximum(1.0 - p_any, 1e-6)
         any_recovery = np.minimum(recovery.sum(axis=1), seen)
 
@@ -92,7 +95,9 @@ class PlanAheadPolicy(MarketPolicy):
         down_h = np.maximum(b.observed_h[:, None] - up_h, 0.0)
         ended_up = np.maximum(b.up_runs - b.spot_available, 0.0)
         ended_down = np.maximum(b.up_runs - 0.5, 0.0)  # up and down runs alternate
-        loss: FloatArray = (ended_up + 1.0) / (up_h + self.prior_up_h)
-        recovery: FloatArray = (ended_down + 1.0) / (down_h + self.prior_down_h)
+        cycle, runs = self.prior_cycle_h, self.prior_runs
+        share_up = (up_h + 0.5 * cycle) / (b.observed_h[:, None] + cycle)
+        loss: FloatArray = (ended_up + runs) / (up_h + runs * cycle * share_up)
+        recovery: FloatArray = (ended_down + runs) / (down_h + runs * cycle * (1.0 - share_up))
         share: FloatArray = recovery / (loss + recovery)
         return loss, recovery, share

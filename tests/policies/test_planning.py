@@ -9,6 +9,7 @@ import numpy as np
 from orchestrator.policies import planner
 from orchestrator.policies.context import MarketContext, ZoneHistory
 from orchestrator.policies.market import market_policy
+from orchestrator.policies.planning import PlanAheadPolicy
 
 
 def watched(hours: float, pattern: list[dict[str, bool]], tick_h: float = 0.1) -> ZoneHistory:
@@ -60,6 +61,28 @@ def test_stays_on_demand_for_short_spot_runs_and_leaves_for_long_ones() -> None:
     assert decide(ctx(elapsed=10.0, done=4.0, history=short, **on_od)) == ("on-demand", None)  # type: ignore[arg-type]
     long = watched(10.0, [{"a": t < 45, "b": False} for t in range(50)])
     assert decide(ctx(elapsed=10.0, done=4.0, history=long, **on_od)) == ("spot", "a")  # type: ignore[arg-type]
+
+
+def test_the_prior_run_lengths_follow_the_share_of_time_with_spot() -> None:
+    """Before a zone has ended many runs, the prior decides its rates: a zone seen without spot for
+    10 h, coming up now, is expected to hold spot briefly and to be gone long once lost; one seen
+    with spot nearly all the time the other way round (one guess for every zone made the plan try
+    many short spot runs in a mostly-down zone); with many runs the zone's own lengths win."""
+    policy = PlanAheadPolicy()
+
+    def mean_runs(history: ZoneHistory, now_up: bool) -> tuple[float, float]:
+        up = {"a": now_up}
+        b = ctx(elapsed=history.observed_h, done=0.0, up=up, history=history.updated(0.1, up)).to_batch()
+        loss, recovery, _ = policy.zone_rates(b)
+        return 1.0 / float(loss[0, 0]), 1.0 / float(recovery[0, 0])
+
+    rare_up, rare_down = mean_runs(watched(10.0, [{"a": False}]), True)
+    often_up, often_down = mean_runs(watched(10.0, [{"a": True}]), False)
+    assert rare_up < 1.0 < 3.0 < rare_down
+    assert often_down < 1.0 < 3.0 < often_up
+    # 50 h of runs of 0.3 h up and 2.7 h down: the estimates near them, not the 4 h cycle's halves
+    many_up, many_down = mean_runs(watched(50.0, [{"a": t < 3} for t in range(30)]), False)
+    assert 0.3 <= many_up < 0.5 and 2.5 < many_down < 3.2
 
 
 def test_safety_net_and_no_deadline() -> None:

@@ -1,10 +1,11 @@
 """Leave-one-set-out on a reduced grid, and the synthetic traces it runs on.
 
 The issue's aim (never more than 0.005 of the on-demand cost above the best baseline in any row) is
-not met by any policy on held-out data (see docs/policies.md). This check pins what does hold on a
-reduced grid: every policy meets every deadline, and the default (plan-ahead), scored on sets held
-out from its choice, is above the tolerance in at most one row of 18 (by at most 0.03; today one,
-by 0.021) where reserve-slack, the old default, is above it in several (today eight).
+not met by any policy on held-out data over the whole grid (see docs/policies.md). On this reduced
+grid it is: every policy meets every deadline, and the default (plan-ahead), scored on sets held
+out from its choice, is never more than 0.005 of the on-demand cost above the best baseline (at
+worst +0.001 today; before the share-split prior, one row of 18 was +0.021), where reserve-slack,
+the old default, is above it in several rows (today eight).
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def test_held_out_rows_on_a_reduced_grid() -> None:
         assert all(met == 1.0 for met in r.met.values()), (r.group, r.setting.label, r.met)
     planned = summarise(held)
     reserve = summarise([(r, old) for r, _ in held])
-    assert planned.min_met == 1.0 and planned.above_tolerance <= 1 and planned.worst_regret <= 0.03
+    assert planned.min_met == 1.0 and planned.above_tolerance == 0, planned
     assert reserve.above_tolerance > planned.above_tolerance
     assert planned.mean_share > reserve.mean_share
 
