@@ -96,8 +96,8 @@ class PlanAheadPolicy(MarketPolicy):
         ended_up = np.maximum(b.up_runs - b.spot_available, 0.0)
         ended_down = np.maximum(b.up_runs - 0.5, 0.0)  # up and down runs alternate
         cycle, runs = self.prior_cycle_h, self.prior_runs
-        share_up = (up_h + 0.5 * cycle) / (b.observed_h[:, None] + cycle)
-        loss: FloatArray = (ended_up + runs) / (up_h + runs * cycle * share_up)
-        recovery: FloatArray = (ended_down + runs) / (down_h + runs * cycle * (1.0 - share_up))
+        seen_up = (up_h + 0.5 * cycle) / (b.observed_h[:, None] + cycle)  # share of time seen with spot
+        loss: FloatArray = (ended_up + runs) / (up_h + runs * cycle * seen_up)
+        recovery: FloatArray = (ended_down + runs) / (down_h + runs * cycle * (1.0 - seen_up))
         share: FloatArray = recovery / (loss + recovery)
         return loss, recovery, share
