@@ -150,7 +150,7 @@ def heldout(files: list[Path], starts: int, seed: int, markdown: bool) -> int:
     rows = evaluate_rows(heldout_sets(files), policies, starts=starts, seed=seed)
     folds = leave_one_set_out(rows, list(CANDIDATES))
     header = ["held-out set", "zones", "deadline x, changeover h, spot/od", "best baseline", "reserve-slack",
-              "plan-ahead (chosen)", "above best", "omniscient", "share"]  # fmt: skip
+              "plan-ahead (chosen)", "above best ± s.e.", "omniscient", "share"]  # fmt: skip
     sep = " | " if markdown else "\t"
     print(("| " if markdown else "") + sep.join(header) + (" |" if markdown else ""))
     if markdown:
@@ -163,7 +163,8 @@ def heldout(files: list[Path], starts: int, seed: int, markdown: bool) -> int:
             cells = [
                 fold.trace_set, r.group, r.setting.label, f"{r.best_baseline():.3f}",
                 f"{r.cost['reserve-slack']:.3f}", f"{r.cost[fold.chosen]:.3f}",
-                f"{r.regret(fold.chosen):+.3f}", f"{r.omniscient:.3f}", "-" if share is None else f"{share:.2f}",
+                f"{r.regret(fold.chosen):+.3f} ± {r.regret_se.get(fold.chosen, 0.0):.3f}",
+                f"{r.omniscient:.3f}", "-" if share is None else f"{share:.2f}",
             ]  # fmt: skip
             print(("| " if markdown else "") + sep.join(cells) + (" |" if markdown else ""), flush=True)
     print()
@@ -182,7 +183,7 @@ def heldout(files: list[Path], starts: int, seed: int, markdown: bool) -> int:
 def _line(s: Summary) -> str:
     return (
         f"{s.rows} rows, {s.above_tolerance} more than {TOLERANCE} above the best baseline "
-        f"(worst {s.worst_regret:+.3f}), mean share of omniscient savings {s.mean_share:.2f}, "
+        f"({s.clearly_above} by more than two standard errors; worst {s.worst_regret:+.3f}), mean share of omniscient savings {s.mean_share:.2f}, "
         f"deadlines met {s.min_met:.0%} (lowest row)"
     )
 

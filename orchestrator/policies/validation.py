@@ -10,12 +10,14 @@ then the lowest mean cost), then scored on the held-out set.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from orchestrator.policies.base import MarketPolicy
+from orchestrator.policies.context import FloatArray
 from orchestrator.policies.omniscient import omniscient
 from orchestrator.policies.simulator import SimJob, simulate, start_points
 from orchestrator.policies.traces import AvailabilityTrace
@@ -61,7 +63,13 @@ SETTINGS = (
 @dataclass(frozen=True)
 class Row:
     """One zone group under one setting: mean cost (fraction of on-demand only) and deadline-met
-    fraction per policy, and the omniscient cost."""
+    fraction per policy, and the omniscient cost.
+
+    ``regret_se``: per policy, the standard error of its regret (its cost minus the best baseline's,
+    start point by start point, both on the same start points). A row's regret is a mean over a few
+    dozen start points; where runs are long and changeovers dear it is uncertain by more than the
+    tolerance, so a row above it is not always a policy worse than the best baseline there.
+    """
 
     trace_set: str
     group: str
@@ -69,6 +77,7 @@ class Row:
     cost: Mapping[str, float]
     met: Mapping[str, float]
     omniscient: float
+    regret_se: Mapping[str, float] = field(default_factory=dict)
 
     def best_baseline(self) -> float:
         return min(self.cost[name] for name in BASELINES)
@@ -76,6 +85,10 @@ class Row:
     def regret(self, name: str) -> float:
         """How much more than the best baseline ``name`` costs, as a fraction of on-demand."""
         return self.cost[name] - self.best_baseline()
+
+    def clearly_above(self, name: str) -> bool:
+        """Above the tolerance by more than two standard errors of the regret."""
+        return self.regret(name) - 2.0 * self.regret_se.get(name, 0.0) > TOLERANCE
 
     def share(self, name: str) -> float | None:
         """The share of the omniscient savings ``name`` captures."""
@@ -98,14 +111,28 @@ def evaluate_rows(
                 job = setting.job()
                 points = start_points(trace, job, starts, seed)
                 od = job.on_demand_cost(trace.tick_h)
-                cost, met = {}, {}
+                per_start, met = {}, {}
                 for name, policy in policies.items():
                     res = simulate(policy, trace, job, points)
-                    cost[name] = float(np.mean(res.cost_usd)) / od
+                    per_start[name] = res.cost_usd / od
                     met[name] = float(np.mean(res.deadline_met))
+                cost = {name: float(np.mean(c)) for name, c in per_start.items()}
                 best = float(np.mean(omniscient(trace, job, points).cost_usd)) / od
-                rows.append(Row(set_name, group, setting, cost, met, best))
+                se = _regret_se(per_start, cost)
+                rows.append(Row(set_name, group, setting, cost, met, best, se))
     return rows
+
+
+def _regret_se(per_start: Mapping[str, FloatArray], cost: Mapping[str, float]) -> dict[str, float]:
+    """Standard error of each policy's per-start cost minus the best baseline's (paired)."""
+    baselines = [name for name in BASELINES if name in cost]
+    if not baselines:
+        return {}
+    best = per_start[min(baselines, key=lambda name: cost[name])]
+    n = best.shape[0]
+    if n < 2:
+        return {name: float("nan") for name in per_start}
+    return {name: float(np.std(c - best, ddof=1) / math.sqrt(n)) for name, c in per_start.items()}
 
 
 @dataclass(frozen=True)
@@ -140,6 +167,8 @@ def leave_one_set_out(rows: Sequence[Row], candidates: Sequence[str]) -> list[He
 class Summary:
     rows: int
     above_tolerance: int
+    clearly_above: int
+    """Rows above the tolerance by more than two standard errors of their regret."""
     worst_regret: float
     mean_share: float
     min_met: float
@@ -152,6 +181,7 @@ def summarise(pairs: Sequence[tuple[Row, str]]) -> Summary:
     return Summary(
         rows=len(pairs),
         above_tolerance=sum(1 for x in regrets if x > TOLERANCE),
+        clearly_above=sum(1 for r, name in pairs if r.clearly_above(name)),
         worst_regret=max(regrets) if regrets else 0.0,
         mean_share=float(np.mean(shares)) if shares else float("nan"),
         min_met=min((r.met[name] for r, name in pairs), default=1.0),

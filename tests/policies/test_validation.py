@@ -18,10 +18,12 @@ import pytest
 from orchestrator.policies import synthetic
 from orchestrator.policies.market import DEFAULT_POLICY, ReserveSlackPolicy, market_policy
 from orchestrator.policies.planning import PlanAheadPolicy
+from orchestrator.policies.simulator import simulate, start_points
 from orchestrator.policies.validation import (
     BASELINES,
     SETTINGS,
     JobSetting,
+    Row,
     evaluate_rows,
     leave_one_set_out,
     summarise,
@@ -79,3 +81,35 @@ def test_fit_recovers_run_lengths() -> None:
     got = synthetic.fit_zone(up, synthetic.TICK_H)
     assert got.up_mu == pytest.approx(math.log(2.0), abs=0.1)
     assert got.down_mu == pytest.approx(math.log(0.5), abs=0.1)
+
+
+def test_a_rows_regret_carries_its_standard_error() -> None:
+    trace = synthetic.zones_for("fitted", FITS, 1, 5.0, seed=4, tick_h=0.1)
+    setting = JobSetting(1.25, 0.5, 0.5)
+    names = (*BASELINES, DEFAULT_POLICY)
+    policies = {name: market_policy(name) for name in names}
+    (row,) = evaluate_rows({"fitted": [("zone", trace)]}, policies, [setting], starts=10, seed=2)
+    # the same paired difference, start point by start point, computed here
+    job = setting.job()
+    points = start_points(trace, job, 10, 2)
+    od = job.on_demand_cost(trace.tick_h)
+    costs = {name: simulate(policies[name], trace, job, points).cost_usd / od for name in names}
+    best = min(BASELINES, key=lambda name: float(np.mean(costs[name])))
+    diff = costs[DEFAULT_POLICY] - costs[best]
+    assert row.regret_se[best] == 0.0
+    assert row.regret(DEFAULT_POLICY) == pytest.approx(float(np.mean(diff)))
+    assert row.regret_se[DEFAULT_POLICY] == pytest.approx(float(np.std(diff, ddof=1)) / math.sqrt(10))
+    assert row.regret_se[DEFAULT_POLICY] > 0.0
+
+
+def test_clearly_above_needs_the_regret_beyond_two_standard_errors() -> None:
+    def row(regret: float, se: float) -> Row:
+        cost = {"greedy": 0.8, "uniform-progress": 0.9, "eager-failover": 0.9, "p": 0.8 + regret}
+        return Row("s", "g", SETTINGS[0], cost, dict.fromkeys(cost, 1.0), 0.6, {"p": se})
+
+    assert row(0.02, 0.004).clearly_above("p")
+    assert not row(0.02, 0.008).clearly_above("p")  # above the tolerance, within noise of it
+    assert not row(0.004, 0.0).clearly_above("p")
+    pairs = [(row(0.02, 0.004), "p"), (row(0.02, 0.008), "p"), (row(0.0, 0.001), "p")]
+    s = summarise(pairs)
+    assert (s.above_tolerance, s.clearly_above) == (2, 1)
