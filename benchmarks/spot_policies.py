@@ -11,7 +11,7 @@ constants chosen on the other sets only, over job settings from 1.05x to 2x the 
 0.05 to 0.5 h and spot at 0.2 to 0.5 of on-demand (orchestrator/policies/validation.py).
 
     python benchmarks/spot_policies.py [--traces DIR] [--starts 300] [--seed 0] [--markdown]
-    python benchmarks/spot_policies.py --heldout [--starts 40] [--markdown]
+    python benchmarks/spot_policies.py --heldout [--starts 200] [--markdown]
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no traces under {folder}; pass --traces DIR", file=sys.stderr)
         return 2
     if args.heldout:
-        return heldout(files, args.starts if args.starts != 300 else 40, args.seed, args.markdown)
+        return heldout(files, args.starts if args.starts != 300 else 200, args.seed, args.markdown)
     names = list(POLICIES)
     scored = list(dict.fromkeys([DEFAULT_POLICY, PlanAheadPolicy.name]))
     header = ["zones", "deadline h", *names, "omniscient", *(f"{n} share" for n in scored)]
@@ -125,9 +125,9 @@ def main(argv: list[str] | None = None) -> int:
 
 # plan-ahead's constant to choose from: the prior's cycle (an up run and a down run), in hours
 CANDIDATES = {
-    "plan-ahead": 4.0,
+    "plan-ahead": 3.0,
     "plan-ahead 2h": 2.0,
-    "plan-ahead 3h": 3.0,
+    "plan-ahead 4h": 4.0,
     "plan-ahead 6h": 6.0,
 }
 AWS_GROUPS = ("us-east-1a", "us-east-1c", "us-east-2b", "us-west-2b", "us-east-1a,1c,1d", "all 9 zones")

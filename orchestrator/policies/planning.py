@@ -39,7 +39,7 @@ class PlanAheadPolicy(MarketPolicy):
     name = "plan-ahead"
     description = "learns each zone's up/down runs, plans the rest of the job by dynamic programming"
 
-    def __init__(self, prior_cycle_h: float = 4.0, prior_runs: float = 4.0) -> None:
+    def __init__(self, prior_cycle_h: float = 3.0, prior_runs: float = 4.0) -> None:
         self.prior_cycle_h = prior_cycle_h
         self.prior_runs = prior_runs
 

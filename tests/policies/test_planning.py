@@ -80,7 +80,7 @@ def test_the_prior_run_lengths_follow_the_share_of_time_with_spot() -> None:
     often_up, often_down = mean_runs(watched(10.0, [{"a": True}]), False)
     assert rare_up < 1.0 < 3.0 < rare_down
     assert often_down < 1.0 < 3.0 < often_up
-    # 50 h of runs of 0.3 h up and 2.7 h down: the estimates near them, not the 4 h cycle's halves
+    # 50 h of runs of 0.3 h up and 2.7 h down: the estimates near them, not the 3 h cycle's halves
     many_up, many_down = mean_runs(watched(50.0, [{"a": t < 3} for t in range(30)]), False)
     assert 0.3 <= many_up < 0.5 and 2.5 < many_down < 3.2
 
