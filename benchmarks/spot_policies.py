@@ -17,6 +17,7 @@ constants chosen on the other sets only, over job settings from 1.05x to 2x the 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from pathlib import Path
@@ -123,12 +124,14 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-# plan-ahead's constant to choose from: the prior's cycle (an up run and a down run), in hours
+# plan-ahead's constants to choose from: the prior's cycle (an up run and a down run) in hours, and the
+# shape of the gamma prior over an outage's own recovery rate (infinite: memoryless outages)
 CANDIDATES = {
-    "plan-ahead": 3.0,
-    "plan-ahead 2h": 2.0,
-    "plan-ahead 4h": 4.0,
-    "plan-ahead 6h": 6.0,
+    "plan-ahead": (3.0, 1.0),
+    "plan-ahead 2h": (2.0, 1.0),
+    "plan-ahead 4h": (4.0, 1.0),
+    "plan-ahead 6h": (6.0, 1.0),
+    "plan-ahead memoryless": (3.0, math.inf),
 }
 AWS_GROUPS = ("us-east-1a", "us-east-1c", "us-east-2b", "us-west-2b", "us-east-1a,1c,1d", "all 9 zones")
 
@@ -146,7 +149,9 @@ def heldout_sets(files: list[Path]) -> dict[str, list[tuple[str, AvailabilityTra
 def heldout(files: list[Path], starts: int, seed: int, markdown: bool) -> int:
     began = time.perf_counter()
     policies = {name: market_policy(name) for name in (*BASELINES, "reserve-slack")}
-    policies.update({name: PlanAheadPolicy(cycle) for name, cycle in CANDIDATES.items()})
+    policies.update(
+        {name: PlanAheadPolicy(cycle, outage_shape=shape) for name, (cycle, shape) in CANDIDATES.items()}
+    )
     rows = evaluate_rows(heldout_sets(files), policies, starts=starts, seed=seed)
     folds = leave_one_set_out(rows, list(CANDIDATES))
     header = ["held-out set", "zones", "deadline x, changeover h, spot/od", "best baseline", "reserve-slack",

@@ -10,6 +10,10 @@ Every tick, from the history in the context only (so a restarted controller deci
    the same guess for every zone (which made the plan try many short spot runs in a mostly-down zone
    before its own runs outweighed the guess). Four runs, not more: a zone whose spot comes and goes
    every few minutes must soon look like one (with 8, 25 runs of 0.1 h still read as 0.4 h).
+   A zone that is down now: outages differ (a blip, a capacity crunch of a day), so the zone's
+   recovery rate is only the mean of a gamma prior (shape ``outage_shape``) over each outage's own
+   rate, and this outage's age so far, without recovery, updates it: shape / (shape / rate + age).
+   The longer an outage has lasted, the longer it is expected to last (infinite shape: memoryless).
 2. The job's market model (:class:`MarketModel`): the zone it rides (the current one, else the one
    with spot whose runs last longest), the chance that another zone has spot when that one is lost
    (zones taken as independent), and how fast "no zone has spot" ends (the sum of the zones'
@@ -39,9 +43,12 @@ class PlanAheadPolicy(MarketPolicy):
     name = "plan-ahead"
     description = "learns each zone's up/down runs, plans the rest of the job by dynamic programming"
 
-    def __init__(self, prior_cycle_h: float = 3.0, prior_runs: float = 4.0) -> None:
+    def __init__(
+        self, prior_cycle_h: float = 3.0, prior_runs: float = 4.0, outage_shape: float = 1.0
+    ) -> None:
         self.prior_cycle_h = prior_cycle_h
         self.prior_runs = prior_runs
+        self.outage_shape = outage_shape
 
     def decide_batch(self, b: MarketBatch) -> tuple[IntArray, IntArray]:
         n = b.elapsed_h.shape[0]
@@ -90,7 +97,8 @@ class PlanAheadPolicy(MarketPolicy):
         return choose_actions(n, od, spot, zone)
 
     def zone_rates(self, b: MarketBatch) -> tuple[FloatArray, FloatArray, FloatArray]:
-        """Per row and zone: rate (per hour) of losing spot, of getting it back, and its time share."""
+        """Per row and zone: rate (per hour) of losing spot, of getting it back (for a zone down now:
+        this outage's, given its age), and the zone's time share with spot."""
         up_h = b.available_h
         down_h = np.maximum(b.observed_h[:, None] - up_h, 0.0)
         ended_up = np.maximum(b.up_runs - b.spot_available, 0.0)
@@ -100,4 +108,7 @@ class PlanAheadPolicy(MarketPolicy):
         loss: FloatArray = (ended_up + runs) / (up_h + runs * cycle * seen_up)
         recovery: FloatArray = (ended_down + runs) / (down_h + runs * cycle * (1.0 - seen_up))
         share: FloatArray = recovery / (loss + recovery)
+        k = self.outage_shape
+        if math.isfinite(k):  # this outage's own rate, given that it has lasted its age so far
+            recovery = np.where(b.spot_available, recovery, k / (k / recovery + b.streak_h))
         return loss, recovery, share

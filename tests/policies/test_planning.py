@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 
 from orchestrator.policies import planner
 from orchestrator.policies.context import MarketContext, ZoneHistory
@@ -67,8 +68,9 @@ def test_the_prior_run_lengths_follow_the_share_of_time_with_spot() -> None:
     """Before a zone has ended many runs, the prior decides its rates: a zone seen without spot for
     10 h, coming up now, is expected to hold spot briefly and to be gone long once lost; one seen
     with spot nearly all the time the other way round (one guess for every zone made the plan try
-    many short spot runs in a mostly-down zone); with many runs the zone's own lengths win."""
-    policy = PlanAheadPolicy()
+    many short spot runs in a mostly-down zone); with many runs the zone's own lengths win. (The
+    zone's rates, memoryless: the age of the outage under way enters below.)"""
+    policy = PlanAheadPolicy(outage_shape=math.inf)
 
     def mean_runs(history: ZoneHistory, now_up: bool) -> tuple[float, float]:
         up = {"a": now_up}
@@ -83,6 +85,28 @@ def test_the_prior_run_lengths_follow_the_share_of_time_with_spot() -> None:
     # 50 h of runs of 0.3 h up and 2.7 h down: the estimates near them, not the 3 h cycle's halves
     many_up, many_down = mean_runs(watched(50.0, [{"a": t < 3} for t in range(30)]), False)
     assert 0.3 <= many_up < 0.5 and 2.5 < many_down < 3.2
+
+
+def test_an_outage_is_expected_to_last_longer_the_longer_it_has_lasted() -> None:
+    """A zone's recovery rate is the mean over its outages; the outage under way, still going after
+    ``age`` hours, has its own: shape / (shape / rate + age). A zone that is up keeps its rates."""
+    pattern = [{"a": t < 10} for t in range(20)]  # 1 h up, 1 h down; 19 h of it end up
+    memoryless, aged = PlanAheadPolicy(outage_shape=math.inf), PlanAheadPolicy(outage_shape=1.0)
+
+    def recovery(policy: PlanAheadPolicy, down_h: float) -> float:
+        h = watched(19.0, pattern)
+        for _ in range(round(down_h / 0.1)):
+            h = h.updated(0.1, {"a": False})
+        b = ctx(elapsed=h.observed_h, done=0.0, up={"a": False}, history=h).to_batch()
+        return float(policy.zone_rates(b)[1][0, 0])
+
+    for down_h in (0.5, 3.0, 8.0):
+        rate = recovery(memoryless, down_h)
+        assert recovery(aged, down_h) == pytest.approx(1.0 / (1.0 / rate + down_h))
+    assert recovery(aged, 0.5) > 2 * recovery(aged, 3.0) > 2 * recovery(aged, 8.0)
+    up = ctx(elapsed=19.0, done=0.0, up={"a": True}, history=watched(19.0, pattern)).to_batch()
+    for got, want in zip(aged.zone_rates(up), memoryless.zone_rates(up), strict=True):
+        assert np.array_equal(got, want)
 
 
 def test_safety_net_and_no_deadline() -> None:
