@@ -110,5 +110,6 @@ class PlanAheadPolicy(MarketPolicy):
         share: FloatArray = recovery / (loss + recovery)
         k = self.outage_shape
         if math.isfinite(k):  # this outage's own rate, given that it has lasted its age so far
-            recovery = np.where(b.spot_available, recovery, k / (k / recovery + b.streak_h))
+            age = np.maximum(b.streak_h, 0.0)
+            recovery = np.where(b.spot_available, recovery, k / (k / recovery + age))
         return loss, recovery, share

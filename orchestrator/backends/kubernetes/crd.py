@@ -199,7 +199,7 @@ def zone_history_schema() -> dict[str, Any]:
     def per_zone(kind: dict[str, Any], description: str) -> dict[str, Any]:
         return {"type": "object", "additionalProperties": kind, "description": description}
 
-    hours = {"type": "number"}
+    hours = {"type": "number", "minimum": 0}
     return {
         "type": "object",
         "description": "spot availability seen per zone since submission: what the market policy reads",
@@ -208,7 +208,7 @@ def zone_history_schema() -> dict[str, Any]:
             "observedH": {**hours, "description": "hours watched"},
             "anyAvailableH": {**hours, "description": "hours some zone had spot"},
             "availableH": per_zone(hours, "hours each zone had spot"),
-            "upRuns": per_zone({"type": "integer"}, "periods of availability begun per zone"),
+            "upRuns": per_zone({"type": "integer", "minimum": 0}, "periods of availability begun per zone"),
             "streakH": per_zone(hours, "length of each zone's current run (up or down)"),
             "lastAvailable": per_zone({"type": "boolean"}, "whether each zone had spot at the last update"),
             "spotShortSeen": per_zone(

@@ -114,3 +114,14 @@ def test_crd_schema_rejects_bad_values() -> None:
     bad = {**doc, "spec": {**doc["spec"], "market": {"mode": "cheap"}}}
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.Draft4Validator(crd_schema()).validate(bad)
+
+
+def test_the_zone_history_in_the_status_refuses_negative_hours_and_runs() -> None:
+    """plan-ahead reads these (an outage's age is ``streakH``): a status patched to negative values
+    is refused by the API server, not planned on."""
+    schema = crd_schema()["properties"]["status"]["properties"]["zoneHistory"]
+    good = {"observedH": 3.0, "availableH": {"a": 1.0}, "upRuns": {"a": 2}, "streakH": {"a": 0.5}}
+    jsonschema.Draft4Validator(schema).validate(good)
+    for key, bad in (("streakH", {"a": -5.0}), ("observedH", -1.0), ("upRuns", {"a": -1})):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.Draft4Validator(schema).validate({**good, key: bad})
