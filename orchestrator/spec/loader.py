@@ -133,6 +133,8 @@ def _parse_yaml(text: str, source: str) -> tuple[yaml.Node | None, Any]:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
+        if "nesting depth" in problem:  # libyaml >= 0.2.6 stops deep nesting itself, before our count
+            raise SpecError(source, [_too_deep(f" (line {mark.line + 1})" if mark else "")]) from None
         raise SpecError(
             source, [f"malformed YAML{where}: {_brief(problem)}. To fix: check indentation and quoting"]
         ) from None
@@ -168,15 +170,16 @@ def _check_events(text: str, source: str) -> None:
         if isinstance(event, yaml.CollectionStartEvent):
             depth += 1
             if depth > MAX_DEPTH:
-                raise SpecError(
-                    source,
-                    [
-                        f"nesting deeper than {MAX_DEPTH} levels{_at(event)}. "
-                        "To fix: a job spec needs only a few levels; check the brackets and indentation"
-                    ],
-                )
+                raise SpecError(source, [_too_deep(_at(event))])
         elif isinstance(event, yaml.CollectionEndEvent):
             depth -= 1
+
+
+def _too_deep(where: str) -> str:
+    return (
+        f"nesting deeper than {MAX_DEPTH} levels{where}. "
+        "To fix: a job spec needs only a few levels; check the brackets and indentation"
+    )
 
 
 def _at(event: yaml.Event) -> str:
