@@ -21,7 +21,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
+import threading
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import Any, Self
 
@@ -36,8 +39,79 @@ k8s = require("kubernetes.client", _NEEDED_FOR)
 
 JOB_RESOURCE = f"{GROUP}/{VERSION}/{PLURAL}"
 VERBS = frozenset({"list", "watch", "get", "create", "patch", "update", "delete"})
+OPERATOR_STOP_TIMEOUT_S = 30.0
+"""How long stopping the operator may take: kopf gives its tasks 5 s, a handler still running
+finishes its API calls (the emulator answers until the operator is gone); only a hung one is cut."""
+
+
+_KmockEmulator: Any = kmock.KubernetesEmulator
+
+
+class _Emulator(_KmockEmulator):  # type: ignore[misc]
+    """kmock's emulator, naming created objects that only carry ``metadata.generateName`` as the API
+    server does (kopf names its Events so): without it every such object after the first would be
+    a 409 conflict."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._suffixes = itertools.count(1)
+
+    async def _handle(self, request: Any) -> Any:
+        data = request.data if request.action == kmock.action.CREATE else None
+        meta = data.get("metadata") if isinstance(data, dict) else None
+        if isinstance(meta, dict) and not meta.get("name") and meta.get("generateName"):
+            meta["name"] = f"{meta['generateName']}{next(self._suffixes):05d}"
+        return await super()._handle(request)
+
+
 DEFAULT_TIMEOUT_S = 60.0
 """How long :meth:`KubeApi.wait_for` waits by default: generous, a busy machine only makes passing slower."""
+
+
+class _OperatorThread:
+    """kopf in an event loop of its own, in a thread, as in a real operator process.
+
+    kopf takes every asyncio task created after it started for one of its own and cancels them all
+    when it stops; in the test's event loop that would be the test's and its fixtures' tasks. Its
+    sync handlers run in a pool of ours, so that stopping waits for the one still running while the
+    emulator still answers (else it fails against a closed server after the test)."""
+
+    def __init__(self) -> None:
+        self._stop, self._ready = threading.Event(), threading.Event()
+        self._handlers = ThreadPoolExecutor(thread_name_prefix="kopf-handler")
+        self._thread = threading.Thread(target=self._run, name="kopf-operator", daemon=True)
+        self._failure: BaseException | None = None
+
+    def _run(self) -> None:
+        settings = kopf.OperatorSettings()
+        settings.execution.executor = self._handlers
+        operator = kopf.operator(
+            clusterwide=True, standalone=True, stop_flag=self._stop, ready_flag=self._ready, settings=settings
+        )
+        try:
+            asyncio.run(operator)
+        except BaseException as exc:  # raised again by start() or stop(), in the test
+            self._failure = exc
+            self._ready.set()
+
+    async def start(self, ready_timeout_s: float) -> None:
+        self._thread.start()
+        ready = await asyncio.to_thread(self._ready.wait, ready_timeout_s)
+        if self._failure is not None:
+            raise self._failure
+        if not ready:
+            await self.stop()
+            raise AssertionError(f"the operator was not ready after {ready_timeout_s:g} s")
+
+    async def stop(self) -> None:
+        self._stop.set()
+        await asyncio.to_thread(self._thread.join, OPERATOR_STOP_TIMEOUT_S)
+        # No new handler starts once the pool is shut down; wait for the one running, if any.
+        await asyncio.wait_for(asyncio.to_thread(self._handlers.shutdown, True), OPERATOR_STOP_TIMEOUT_S)
+        if self._thread.is_alive():
+            raise AssertionError(f"the operator did not stop in {OPERATOR_STOP_TIMEOUT_S:g} s")
+        if self._failure is not None:
+            raise self._failure
 
 
 class KubeApi:
@@ -46,7 +120,7 @@ class KubeApi:
     def __init__(self, namespace: str = "default", logs: FakePodLogs | None = None) -> None:
         self.namespace = namespace
         self.logs = logs or FakePodLogs()
-        self.emulator = kmock.KubernetesEmulator()
+        self.emulator = _Emulator()
         self._register(self.emulator)
         self.logs.install(self.emulator)
         self._stack = contextlib.AsyncExitStack()
@@ -54,8 +128,7 @@ class KubeApi:
         self.api: Any = None
         self.core: Any = None
         self.custom: Any = None
-        self._stop = asyncio.Event()
-        self._operator: asyncio.Task[None] | None = None
+        self._operator: _OperatorThread | None = None
 
     @staticmethod
     def _register(emulator: Any) -> None:
@@ -89,21 +162,14 @@ class KubeApi:
     # --- the operator ----------------------------------------------------------------------------
     async def start_operator(self, ready_timeout_s: float = 10.0) -> None:
         """Run kopf with the handlers registered in this process (import ``operators.kubernetes.handlers``
-        first), in this event loop. The operator finds the API server through ``GPUCTL_KUBE_API_URL``."""
-        self._stop, ready = asyncio.Event(), asyncio.Event()
-        self._operator = asyncio.create_task(
-            kopf.operator(clusterwide=True, standalone=True, stop_flag=self._stop, ready_flag=ready)
-        )
-        await asyncio.wait_for(ready.wait(), ready_timeout_s)
+        first). The operator finds the API server through ``GPUCTL_KUBE_API_URL``."""
+        self._operator = _OperatorThread()
+        await self._operator.start(ready_timeout_s)
 
     async def stop_operator(self) -> None:
-        if self._operator is None:
-            return
-        self._stop.set()
-        self._operator.cancel()  # kmock's watch streams never end by themselves; no graceful wait needed
-        with contextlib.suppress(asyncio.CancelledError, TimeoutError):
-            await asyncio.wait_for(self._operator, 5)
-        self._operator = None
+        operator, self._operator = self._operator, None
+        if operator is not None:
+            await operator.stop()
 
     # --- reading and waiting ---------------------------------------------------------------------
     async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

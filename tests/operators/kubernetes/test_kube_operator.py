@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Callable
@@ -249,7 +248,7 @@ async def test_gpu_usage_from_monitor_logs_counts_each_window_once_across_restar
     assert job["status"]["gpuUsage"] == want
 
     # Many reconciles re-read the last minute of each log and count nothing again.
-    await asyncio.sleep(1.0)
+    await cluster.operator_passes(3)
     assert (await cluster.job("g"))["status"]["gpuUsage"] == want
 
     # A restarted operator knows only what the API server has: reconcile with a fresh client and
@@ -266,7 +265,7 @@ async def test_gpu_usage_from_monitor_logs_counts_each_window_once_across_restar
     for _ in range(3):
         await cluster.call(fresh_reconcile)
     assert (await cluster.job("g"))["status"]["gpuUsage"] == want and want["windows"] == 14
-    await asyncio.sleep(1.0)  # and kopf's reconciles after it
+    await cluster.operator_passes(3)  # and kopf's reconciles after it
     job = await cluster.job("g")
     assert job["status"]["gpuUsage"] == want
     ends = {m["monitor"]: m["lastWindowEnd"] for m in job["status"]["gpuMonitors"]}
@@ -297,7 +296,7 @@ async def test_unreadable_monitor_log_is_read_later_without_losing_windows(clust
     cluster.logs.failing.add("k-n0")
     await set_pod_status(cluster, "k-n0", RUNNING)
     await job_when(cluster, "k", lambda st: st.get("state") == "RUNNING")  # the reconcile goes on
-    await asyncio.sleep(1.0)
+    await cluster.operator_passes(3)
     assert sum(r["pod"] == "k-n0" for r in cluster.logs.requests) >= 2
     assert "gpuUsage" not in (await cluster.job("k"))["status"]
     cluster.logs.failing.clear()
@@ -398,7 +397,7 @@ async def test_progress_lines_in_the_monitor_log_give_status_progress_and_succes
     assert job["status"]["gpuUsage"]["windows"] == 1  # the same log read gave the GPU window
 
     # Re-reads (sinceSeconds reaches back) change nothing; a finished record then the pod's exit: success.
-    await asyncio.sleep(1.0)
+    await cluster.operator_passes(3)
     assert (await cluster.job("p"))["status"]["progress"] == progress
     done = progress_line(time.time(), 100, event="finished", metrics={"accuracy": 0.97})
     cluster.logs.write(NS, "p-n0", "monitor", done)

@@ -5,7 +5,6 @@ deletes pods carrying the job's label and owned by that very GPUJob (ownerRefere
 
 from __future__ import annotations
 
-import asyncio
 import re
 from typing import Any
 
@@ -90,9 +89,9 @@ async def test_long_names_with_a_common_prefix_keep_their_own_pods(cluster: Clus
     assert [s["metadata"]["name"] for s in await services(cluster)] == [
         s["metadata"]["name"] for s in svcs if s["metadata"]["annotations"]["gpuctl.dev/job-name"] == second
     ]
-    await asyncio.sleep(1.0)  # several reconciles of the second job
+    await cluster.operator_passes(3)  # several reconciles of the second job
     status = (await cluster.job(second))["status"]
-    assert status["state"] == "RUNNING" and status["nodes"] == 2 and status["attempt"] == 1
+    assert (status["state"], status["nodes"], status["attempt"]) == ("RUNNING", 2, 1), status
 
 
 @pytest.mark.parametrize("name", ["my.job.v1", "1job"])
@@ -116,7 +115,7 @@ async def test_an_unusable_name_fails_once_with_the_reason(cluster: Cluster) -> 
     assert status["failureReason"] == "invalid_spec"
     assert "metadata.name" in status["message"] and "To fix" in status["message"]
     assert condition(status, "Failed")["message"] == status["message"]
-    await asyncio.sleep(1.0)  # reconciles go on: nothing changes, nothing is created
+    await cluster.operator_passes(3)  # reconciles go on: nothing changes, nothing is created
     assert (await cluster.job("Bad_Name"))["status"] == status
     assert await cluster.pods() == [] and await services(cluster) == []
 

@@ -4,8 +4,6 @@ reach a pod and fails the job once, creating nothing."""
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from orchestrator.backends.kubernetes.crd import GROUP, PLURAL, VERSION
@@ -46,5 +44,5 @@ async def test_from_env_fails_the_job_once_with_the_fix(cluster: Cluster) -> Non
     assert (
         "is not available on Kubernetes" in status["message"] and "kubectl create secret" in status["message"]
     )
-    await asyncio.sleep(1.0)  # reconciles go on: nothing is created
+    await cluster.operator_passes(3)  # reconciles go on: nothing is created
     assert await cluster.pods() == []
