@@ -42,6 +42,8 @@ VERBS = frozenset({"list", "watch", "get", "create", "patch", "update", "delete"
 OPERATOR_STOP_TIMEOUT_S = 30.0
 """How long stopping the operator may take: kopf gives its tasks 5 s, a handler still running
 finishes its API calls (the emulator answers until the operator is gone); only a hung one is cut."""
+DEFAULT_TIMEOUT_S = 60.0
+"""How long :meth:`KubeApi.wait_for` waits by default: generous, a busy machine only makes passing slower."""
 
 
 _KmockEmulator: Any = kmock.KubernetesEmulator
@@ -50,7 +52,8 @@ _KmockEmulator: Any = kmock.KubernetesEmulator
 class _Emulator(_KmockEmulator):  # type: ignore[misc]
     """kmock's emulator, naming created objects that only carry ``metadata.generateName`` as the API
     server does (kopf names its Events so): without it every such object after the first would be
-    a 409 conflict."""
+    a 409 conflict. It hooks kmock's ``_handle`` (kmock 0.8), which every request passes through;
+    tests/testing/test_kube_api.py fails if a kmock release changes that."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -62,10 +65,6 @@ class _Emulator(_KmockEmulator):  # type: ignore[misc]
         if isinstance(meta, dict) and not meta.get("name") and meta.get("generateName"):
             meta["name"] = f"{meta['generateName']}{next(self._suffixes):05d}"
         return await super()._handle(request)
-
-
-DEFAULT_TIMEOUT_S = 60.0
-"""How long :meth:`KubeApi.wait_for` waits by default: generous, a busy machine only makes passing slower."""
 
 
 class _OperatorThread:

@@ -17,9 +17,9 @@ __all__ = ["handlers"]  # importing it registers the operator's handlers
 
 async def test_objects_named_by_generate_name_get_distinct_names() -> None:
     async with KubeApi() as api:
-        body = {"metadata": {"generateName": "kopf-event-"}, "message": "one", "involvedObject": {}}
         for message in ("one", "two"):
-            await api.call(api.core.create_namespaced_event, "default", {**body, "message": message})
+            body = {"metadata": {"generateName": "kopf-event-"}, "message": message, "involvedObject": {}}
+            await api.call(api.core.create_namespaced_event, "default", body)
         listing = await api.call(api.core.list_namespaced_event, "default")
         names = [e.metadata.name for e in listing.items]
         assert len(set(names)) == 2 and all(n.startswith("kopf-event-") for n in names), names
