@@ -8,6 +8,7 @@ from typing import Any
 
 from orchestrator.cli.simulate_inputs import resolve_inputs
 from orchestrator.errors import UserError
+from orchestrator.policies.daily import MARKET_LOG_H
 from orchestrator.policies.evaluate import evaluate
 from orchestrator.policies.traces import load_traces
 
@@ -58,6 +59,14 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--scaling-efficiency", type=float, default=0.9, help="speed kept per doubling of nodes")
     p.add_argument("--rendezvous-hours", type=float, default=0.05, help="pause on each resize")
+    p.add_argument(
+        "--market-log-hours",
+        type=float,
+        default=MARKET_LOG_H,
+        metavar="HOURS",
+        help="hours of the traces before each start the policies are given, as a controller that "
+        "watched the market (default 168; 0: none, as gpuctl's controllers run today)",
+    )
     p.add_argument("--no-omniscient", action="store_true", help="skip the optimum (faster)")
     p.add_argument("-o", "--output", choices=("table", "json"), default="table")
     p.set_defaults(run=run_simulate)
@@ -66,11 +75,16 @@ def register(sub: Any) -> None:
 def run_simulate(args: argparse.Namespace) -> int:
     if args.starts < 1:
         raise UserError("--starts must be at least 1", "give a positive number of start points")
+    if not 0.0 <= args.market_log_hours <= 24.0 * 365:
+        raise UserError(
+            "--market-log-hours must be from 0 to 8760", "give the hours of market history, 0 for none"
+        )
     trace = load_traces(args.trace)
     inputs = resolve_inputs(args, trace)
     doc = evaluate(
-        trace, inputs.job, args.policy, args.starts, args.seed, with_omniscient=not args.no_omniscient
-    )
+        trace, inputs.job, args.policy, args.starts, args.seed, with_omniscient=not args.no_omniscient,
+        market_log_h=args.market_log_hours,
+    )  # fmt: skip
     doc["inputs"] = inputs.to_dict()
     if args.output == "json":
         print(json.dumps(doc, indent=2))

@@ -22,6 +22,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from orchestrator.errors import UserError
+from orchestrator.policies.daily import fit_daily_cycle
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -95,6 +96,53 @@ class ZoneHistory:
 
 
 @dataclass(frozen=True)
+class MarketLog:
+    """The market seen before the job: what a controller that watched the zones knows at the
+    job's start (the simulator: the trace before the start point).
+
+    ``history``: the same counts as the job's own :class:`ZoneHistory`, over those hours;
+    ``hourly_any_up``: the share of each hour in which some allowed zone had spot, oldest first, the
+    last hour ending at the job's start, NaN for an hour nobody watched; ``start_clock_h``: the hour
+    of the day (UTC, 0 to 24) at the job's start. plan-ahead uses it when its days agree on a daily
+    cycle (:mod:`orchestrator.policies.daily`).
+    """
+
+    history: ZoneHistory
+    hourly_any_up: tuple[float, ...]
+    start_clock_h: float
+
+    def to_batch(self, zones: Sequence[str]) -> MarketLogBatch:
+        h = self.history
+        hourly = np.asarray([self.hourly_any_up], dtype=np.float64).reshape(1, -1)
+        first = np.array([(self.start_clock_h - hourly.shape[1]) % 24.0])
+        strength, peak = fit_daily_cycle(hourly, first)
+        return MarketLogBatch(
+            observed_h=np.array([h.observed_h]),
+            any_available_h=np.array([h.any_available_h]),
+            available_h=np.asarray([[h.available_h.get(z, 0.0) for z in zones]], dtype=np.float64),
+            up_runs=np.asarray([[float(h.up_runs.get(z, 0)) for z in zones]], dtype=np.float64),
+            cycle_strength=strength,
+            cycle_peak_h=peak,
+            start_clock_h=np.array([self.start_clock_h % 24.0]),
+        )
+
+
+@dataclass
+class MarketLogBatch:
+    """:class:`MarketLog` for B jobs: the counts of the hours before each job ((B,) or (B, Z)),
+    the daily cycle fitted to them (strength 0: none, the days did not agree) and the hour of the
+    day at each job's start."""
+
+    observed_h: FloatArray
+    any_available_h: FloatArray
+    available_h: FloatArray
+    up_runs: FloatArray
+    cycle_strength: FloatArray
+    cycle_peak_h: FloatArray
+    start_clock_h: FloatArray
+
+
+@dataclass(frozen=True)
 class MarketContext:
     """Everything known about one job at decision time.
 
@@ -107,7 +155,8 @@ class MarketContext:
     whether z has spot capacity now. ``latency_h``: how late an action may be carried out after it is
     decided (a controller acts at its next pass: about a tick; the simulator acts at once: 0).
     ``stop_h``: how long stopping an on-demand run may take before the job can be placed again (a
-    controller: the notice grace and a pass; the simulator: its latency).
+    controller: the notice grace and a pass; the simulator: its latency). ``market_log``: the
+    market seen before the job, when the caller kept one (see :class:`MarketLog`).
     """
 
     elapsed_h: float
@@ -125,6 +174,7 @@ class MarketContext:
     history: ZoneHistory = field(default_factory=ZoneHistory.empty)
     latency_h: float = 0.0
     stop_h: float = 0.0
+    market_log: MarketLog | None = None
 
     def to_batch(self) -> MarketBatch:
         zones = list(self.zones)
@@ -155,6 +205,7 @@ class MarketContext:
             streak_h=row([h.streak_h.get(z, 0.0) for z in zones]),
             latency_h=self.latency_h,
             stop_h=self.stop_h,
+            market_log=None if self.market_log is None else self.market_log.to_batch(zones),
         )
 
 
@@ -172,7 +223,7 @@ class MarketBatch:
     """:class:`MarketContext` for B jobs at once: arrays of shape (B,) or (B, Z); scalars are shared.
 
     ``market`` holds :class:`Action` codes of what runs now (WAIT = nothing), ``zone`` its zone index
-    (-1 for none). ``latency_h``, ``stop_h``: see :class:`MarketContext`.
+    (-1 for none). ``latency_h``, ``stop_h``, ``market_log``: see :class:`MarketContext`.
     """
 
     elapsed_h: FloatArray
@@ -193,6 +244,7 @@ class MarketBatch:
     streak_h: FloatArray
     latency_h: float = 0.0
     stop_h: float = 0.0
+    market_log: MarketLogBatch | None = None
 
     @property
     def slack_h(self) -> FloatArray:

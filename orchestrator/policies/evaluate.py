@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from orchestrator.policies.daily import MARKET_LOG_H
 from orchestrator.policies.market import DEFAULT_POLICY, POLICIES, market_policy
 from orchestrator.policies.omniscient import omniscient
 from orchestrator.policies.simulator import SimJob, SimResult, simulate, start_points
@@ -51,23 +52,30 @@ def evaluate(
     starts: int,
     seed: int,
     with_omniscient: bool = True,
+    market_log_h: float = MARKET_LOG_H,
 ) -> dict[str, Any]:
     """The ``gpuctl simulate -o json`` document.
 
     Elastic jobs (``min_nodes < max_nodes``) also get ``rescale`` (the default policy running on the
-    nodes available, down to min) and ``wait-for-all`` (the same policy needing max nodes).
+    nodes available, down to min) and ``wait-for-all`` (the same policy needing max nodes). Every
+    start point is given ``market_log_h`` hours of the trace before it (less near the trace's start;
+    a week by default), as a controller that watched the zones would know them.
     """
     job.validate()
     points = start_points(trace, job, starts, seed)
     od_cost = job.on_demand_cost(trace.tick_h)
     fixed = SimJob(**{**job.__dict__, "min_nodes": job.max_nodes})
     policies: dict[str, Any] = {}
+
+    def run(policy_name: str, sim_job: SimJob) -> dict[str, float | None]:
+        result = simulate(market_policy(policy_name), trace, sim_job, points, market_log_h=market_log_h)
+        return summarise(result, od_cost)
+
     for name in resolve_policy_names(policy_names):
-        policies[name] = summarise(simulate(market_policy(name), trace, fixed, points), od_cost)
+        policies[name] = run(name, fixed)
     if job.min_nodes < job.max_nodes:
-        default = market_policy(DEFAULT_POLICY)
-        policies[RESCALE_NAME] = summarise(simulate(default, trace, job, points), od_cost)
-        policies[WAIT_ALL_NAME] = summarise(simulate(default, trace, fixed, points), od_cost)
+        policies[RESCALE_NAME] = run(DEFAULT_POLICY, job)
+        policies[WAIT_ALL_NAME] = run(DEFAULT_POLICY, fixed)
     doc: dict[str, Any] = {"policies": policies}
     doc["omniscient"] = summarise(omniscient(trace, fixed, points), od_cost) if with_omniscient else None
     doc["default_policy"] = DEFAULT_POLICY

@@ -22,8 +22,12 @@ action (an :class:`Action` code) for each (time left, slack) and each of four si
 on-demand, with the market up or down (riding spot in a zone that is up continues: the policy leaves
 such a zone only when an elastic ride has run its slack down, outside this plan).
 
-Tables depend only on the job's grid and the (binned) model parameters, so they are cached: the
-simulator's many start points share them, and a restarted controller recomputes the same ones.
+A market with a daily cycle (:class:`DailyCycle`): the rates then depend on the hour of the day,
+so a step's transitions depend on how far it lies before the deadline; the rest is the same program.
+
+Tables depend only on the job's grid, the (binned) model parameters and the (binned) cycle, so they
+are cached: the simulator's many start points share them, and a restarted controller recomputes the
+same ones.
 """
 
 from __future__ import annotations
@@ -118,6 +122,26 @@ class MarketModel:
     recovery: float
 
 
+@dataclass(frozen=True)
+class DailyCycle:
+    """Spot's daily cycle as the plan sees it. At hour ``h`` of the day the rate at which spot comes
+    back is the learned one x m(h) / I0(strength), the rates at which it goes away are divided by
+    m(h) x I0(strength), with m(h) = exp(strength x cos(2 pi (h - peak) / 24)): over a day each rate
+    averages to the learned one, and the odds of spot vary by exp(2 x strength x cos(...)).
+    ``deadline_after_peak_h``: hours from the cycle's peak (the hour with most spot) to the deadline,
+    modulo 24; the plan runs backwards from the deadline, so that is all it needs of the clock."""
+
+    strength: float
+    deadline_after_peak_h: float
+
+    def factors(self, hours_before_deadline: FloatArray) -> tuple[FloatArray, FloatArray]:
+        """(multiplier of the recovery rate, multiplier of the loss rates) at those hours."""
+        angle = 2.0 * math.pi * (self.deadline_after_peak_h - hours_before_deadline) / 24.0
+        m = np.exp(self.strength * np.cos(angle))
+        i0 = float(np.i0(self.strength))
+        return m / i0, 1.0 / (m * i0)
+
+
 def _two_state(up_loss: float, recovery: float, hours: float) -> tuple[float, float]:
     """P(up after ``hours`` | up now), P(up after ``hours`` | down now)."""
     total = up_loss + recovery
@@ -127,10 +151,70 @@ def _two_state(up_loss: float, recovery: float, hours: float) -> tuple[float, fl
     return (recovery + up_loss * decay) / total, recovery * (1.0 - decay) / total
 
 
-def plan(grid: PlanGrid, models: list[MarketModel]) -> NDArray[np.int8]:
+def _two_state_array(
+    up_loss: FloatArray, recovery: FloatArray, hours: float
+) -> tuple[FloatArray, FloatArray]:
+    """:func:`_two_state` for arrays of rates (all positive)."""
+    total = up_loss + recovery
+    decay = np.exp(-total * hours)
+    return (recovery + up_loss * decay) / total, recovery * (1.0 - decay) / total
+
+
+@dataclass(frozen=True)
+class _Transitions:
+    """Per step of time left (axis 0; length 1 when the market has no cycle) and model (axis 1): the
+    chances the plan needs, as (steps, models, 1) arrays."""
+
+    uu: FloatArray  # up after a step, up now
+    du: FloatArray  # up after a step, down now
+    cuu: FloatArray  # the same after a launch from idle
+    cdu: FloatArray
+    suu: FloatArray  # the same after a stop of on-demand
+    sdu: FloatArray
+    surv: FloatArray  # a spot ride survives a step
+    surv_idle: FloatArray  # ... a launch from idle
+    surv_od: FloatArray  # ... a launch from on-demand
+
+    def at(self, tau: int) -> _Transitions:
+        i = tau if self.uu.shape[0] > 1 else 0
+        return _Transitions(*(getattr(self, f)[i] for f in self.__dataclass_fields__))
+
+
+def _transitions(
+    models: list[MarketModel],
+    grid: PlanGrid,
+    spans: tuple[float, float, float, float],
+    cycle: DailyCycle | None,
+) -> _Transitions:
+    """Chances over a step, a launch from idle, a stop and a launch from on-demand (``spans``, in steps)."""
+    dt = grid.step_h
+    step, c_idle, stop, c_od = spans
+    if cycle is None:  # one set for every step (scalar math: the tables of a market without a cycle)
+
+        def col(values: list[float]) -> FloatArray:
+            return np.asarray(values, dtype=np.float64)[None, :, None]
+
+        pairs = [[_two_state(m.up_loss, m.recovery, n * dt) for m in models] for n in (step, c_idle, stop)]
+        surv = [col([math.exp(-m.ride_loss * n * dt) for m in models]) for n in (step, c_idle, c_od)]
+        up = [(col([p[0] for p in ps]), col([p[1] for p in ps])) for ps in pairs]
+        return _Transitions(*up[0], *up[1], *up[2], *surv)
+    # the rates of the step that starts tau steps before the deadline: those of its middle
+    rec_f, loss_f = cycle.factors((np.arange(grid.time_steps) - 0.5).clip(0.0) * dt)
+    up_loss = np.asarray([m.up_loss for m in models])[None, :] * loss_f[:, None]
+    recovery = np.asarray([m.recovery for m in models])[None, :] * rec_f[:, None]
+    ride_loss = np.asarray([m.ride_loss for m in models])[None, :] * loss_f[:, None]
+    out: list[FloatArray] = []
+    for n in (step, c_idle, stop):
+        out.extend(p[..., None] for p in _two_state_array(up_loss, recovery, n * dt))
+    out.extend(np.exp(-ride_loss * n * dt)[..., None] for n in (step, c_idle, c_od))
+    return _Transitions(*out)
+
+
+def plan(grid: PlanGrid, models: list[MarketModel], cycle: DailyCycle | None = None) -> NDArray[np.int8]:
     """(len(models), time_steps, slack_steps, 4): the cheapest action per model, time left, slack and
     situation (an :class:`Action` code). Vectorised over models and slack, one step of time left at a
-    time (each step reads the last ``changeover + latency + stop + 1`` ones)."""
+    time (each step reads the last ``changeover + latency + stop + 1`` ones). With a ``cycle``, each
+    step's transitions use the rates of its hour of the day."""
     n_t, n_s, dt, k = grid.time_steps, grid.slack_steps, grid.step_h, len(models)
     ps, po = grid.spot_price * dt, grid.on_demand_price * dt
     c = grid.changeover_steps  # paid
@@ -143,21 +227,10 @@ def plan(grid: PlanGrid, models: list[MarketModel]) -> NDArray[np.int8]:
     stop = min(grid.stop_steps, most)
     c_lo = math.floor(c_od)
 
-    def col(values: list[float]) -> FloatArray:
-        return np.asarray(values, dtype=np.float64)[:, None]
-
-    steps = [_two_state(m.up_loss, m.recovery, dt) for m in models]
-    launches = [_two_state(m.up_loss, m.recovery, c_idle * dt) for m in models]
-    stops = [_two_state(m.up_loss, m.recovery, stop * dt) for m in models]
-    uu, du = col([p[0] for p in steps]), col([p[1] for p in steps])
-    cuu, cdu = col([p[0] for p in launches]), col([p[1] for p in launches])
-    suu, sdu = col([p[0] for p in stops]), col([p[1] for p in stops])
+    chances = _transitions(models, grid, (1.0, c_idle, stop, c_od), cycle)
     # waiting from on-demand: the job is idle once stopped (never sooner than the next step)
     slow_stop = stop > 1.0
-    surv = col([math.exp(-m.ride_loss * dt) for m in models])
-    surv_idle = col([math.exp(-m.ride_loss * c_idle * dt) for m in models])
-    surv_od = col([math.exp(-m.ride_loss * c_od * dt) for m in models])
-    q = col([m.failover for m in models])
+    q = np.asarray([m.failover for m in models], dtype=np.float64)[:, None]
     pad = c_lo + 1  # columns of penalty left of slack 0, so that shifts are slices
     ring = c_lo + 2
     values = np.full((ring, 5, k, pad + n_s), _PENALTY)  # per step: IU, ID, OU, OD, R
@@ -180,6 +253,9 @@ def plan(grid: PlanGrid, models: list[MarketModel]) -> NDArray[np.int8]:
         )
 
     for tau in range(n_t):
+        ch = chances.at(tau)
+        uu, du, cuu, cdu, suu, sdu = ch.uu, ch.du, ch.cuu, ch.cdu, ch.suu, ch.sdu
+        surv, surv_idle, surv_od = ch.surv, ch.surv_idle, ch.surv_od
         iu1, id1, ou1, od1, r1 = at(values[(tau - 1) % ring], 0)
         w_iu, w_id = at(values[(tau - 1) % ring][0], 1), at(values[(tau - 1) % ring][1], 1)
         l_iu, l_id, l_ou, l_od, l_r = landed(tau, c_idle)
@@ -234,28 +310,57 @@ def _failover_bin(chance: FloatArray) -> IntArray:
     return nearest
 
 
+# a daily cycle's strength and where the deadline falls in it, binned (3 h of phase)
+_STRENGTH_BINS = np.array([0.25, 0.5, 0.75, 1.0, 1.5])
+_PHASE_BINS = 8
+
+
+def cycle_keys(strength: FloatArray, deadline_after_peak_h: FloatArray) -> IntArray:
+    """Per row: 0 for no cycle (strength 0), else 1 + the (strength, phase) bin of its cycle."""
+    s = np.argmin(np.abs(strength[:, None] - _STRENGTH_BINS[None, :]), axis=1)
+    phase = np.rint(np.mod(deadline_after_peak_h, 24.0) / (24.0 / _PHASE_BINS)).astype(np.int64) % _PHASE_BINS
+    keys: IntArray = np.where(strength > 0.0, 1 + s * _PHASE_BINS + phase, 0).astype(np.int64)
+    return keys
+
+
+def _cycle_of(key: int) -> DailyCycle | None:
+    if key == 0:
+        return None
+    s, phase = divmod(key - 1, _PHASE_BINS)
+    return DailyCycle(float(_STRENGTH_BINS[s]), phase * 24.0 / _PHASE_BINS)
+
+
+_MODEL_KEYS = len(_LOSS_BINS) ** 2 * len(_FAILOVER_BINS)
+_CYCLE_KEYS = 1 + len(_STRENGTH_BINS) * _PHASE_BINS
+
+
 class PlanCache:
-    """Action tables of one grid, one per binned market model, stacked for vectorised look-ups."""
+    """Action tables of one grid, one per binned market model and daily cycle, stacked for
+    vectorised look-ups."""
 
     def __init__(self, grid: PlanGrid) -> None:
         self.grid = grid
-        self.slot = np.full(len(_LOSS_BINS) ** 2 * len(_FAILOVER_BINS), -1, dtype=np.int64)
+        self.slot = np.full(_MODEL_KEYS * _CYCLE_KEYS, -1, dtype=np.int64)
         self.count = 0
         self.tables = np.zeros((8, grid.time_steps, grid.slack_steps, 4), dtype=np.int8)
 
     def lookup(
         self, ride_loss: FloatArray, failover: FloatArray, recovery: FloatArray,
         time_left_h: FloatArray, slack_h: FloatArray, situation: IntArray,
+        cycle: IntArray | None = None,
     ) -> IntArray:  # fmt: skip
-        """Action code per row for its (binned) model, time left, slack and situation."""
+        """Action code per row for its (binned) model and cycle (:func:`cycle_keys`; none: no
+        cycle), time left, slack and situation."""
         a, q, m = _loss_bin(ride_loss), _failover_bin(failover), _loss_bin(recovery)
-        keys = (a * len(_FAILOVER_BINS) + q) * len(_LOSS_BINS) + m
+        c = np.zeros_like(a) if cycle is None else cycle
+        keys = c * _MODEL_KEYS + (a * len(_FAILOVER_BINS) + q) * len(_LOSS_BINS) + m
         lacking = self.slot[keys] < 0
         if lacking.any():  # plan the missing models and their neighbours (rates drift between bins)
             near = np.arange(-1, 2)
             a_near = np.clip(a[lacking][:, None, None] + near[None, :, None], 0, len(_LOSS_BINS) - 1)
             m_near = np.clip(m[lacking][:, None, None] + near[None, None, :], 0, len(_LOSS_BINS) - 1)
             tile = (a_near * len(_FAILOVER_BINS) + q[lacking][:, None, None]) * len(_LOSS_BINS) + m_near
+            tile = tile + c[lacking][:, None, None] * _MODEL_KEYS
             wanted = np.unique(tile)
             self._add([int(key) for key in wanted[self.slot[wanted] < 0]])
         g = self.grid
@@ -266,20 +371,24 @@ class PlanCache:
         return actions
 
     def _add(self, keys: list[int]) -> None:
-        models = []
+        by_cycle: dict[int, list[int]] = {}
         for key in keys:
-            rest, m = divmod(key, len(_LOSS_BINS))
-            a, q = divmod(rest, len(_FAILOVER_BINS))
-            ride, fail = float(_LOSS_BINS[a]), float(_FAILOVER_BINS[q])
-            models.append(MarketModel(ride, fail, ride * (1.0 - fail), float(_LOSS_BINS[m])))
-        n, need = self.count, self.count + len(keys)
-        if need > self.tables.shape[0]:
-            grown = np.zeros((max(2 * need, 8), *self.tables.shape[1:]), dtype=np.int8)
-            grown[:n] = self.tables[:n]
-            self.tables = grown
-        self.tables[n:need] = plan(self.grid, models)
-        self.slot[keys] = np.arange(n, need)
-        self.count = need
+            by_cycle.setdefault(key // _MODEL_KEYS, []).append(key)
+        for cycle_key, group in by_cycle.items():
+            models = []
+            for key in group:
+                rest, m = divmod(key % _MODEL_KEYS, len(_LOSS_BINS))
+                a, q = divmod(rest, len(_FAILOVER_BINS))
+                ride, fail = float(_LOSS_BINS[a]), float(_FAILOVER_BINS[q])
+                models.append(MarketModel(ride, fail, ride * (1.0 - fail), float(_LOSS_BINS[m])))
+            n, need = self.count, self.count + len(group)
+            if need > self.tables.shape[0]:
+                grown = np.zeros((max(2 * need, 8), *self.tables.shape[1:]), dtype=np.int8)
+                grown[:n] = self.tables[:n]
+                self.tables = grown
+            self.tables[n:need] = plan(self.grid, models, _cycle_of(cycle_key))
+            self.slot[group] = np.arange(n, need)
+            self.count = need
 
 
 _CACHES: OrderedDict[PlanGrid, PlanCache] = OrderedDict()
@@ -295,4 +404,4 @@ def plan_cache(grid: PlanGrid) -> PlanCache:
     return cache
 
 
-__all__ = ["Action", "MarketModel", "PlanCache", "PlanGrid", "plan", "plan_cache"]
+__all__ = ["Action", "DailyCycle", "MarketModel", "PlanCache", "PlanGrid", "cycle_keys", "plan", "plan_cache"]

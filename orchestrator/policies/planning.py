@@ -23,6 +23,13 @@ Every tick, from the history in the context only (so a restarted controller deci
    :mod:`orchestrator.policies.planner` (re-planned every tick: the model changes as the history
    grows; tables are cached per binned model).
 
+The market seen before the job (``MarketBatch.market_log``: a controller's log of its zones, the
+simulator's trace before the start point) counts only where its days agree on a daily cycle
+(:mod:`orchestrator.policies.daily`): then its hours join the job's own in step 1, and the plan's
+rates follow the cycle by the hour of the day. Where they do not, the job starts from nothing, as
+without a log (a week of a market without a rhythm, its rates taken as the job's, misled the plan
+more often than it helped: see docs/policies.md).
+
 Riding spot in a zone that still has capacity continues while the slack covers a fallback launch
 and a tick (only a slowed, elastic ride gets under that). The deadline safety net of the other
 policies applies on top. Without a deadline: spot when some zone has it, else wait.
@@ -31,12 +38,13 @@ policies applies on top. Without a deadline: spot when some zone has it, else wa
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
 from orchestrator.policies.base import MarketPolicy, choose_actions
 from orchestrator.policies.context import Action, FloatArray, IntArray, MarketBatch
-from orchestrator.policies.planner import IDLE_DOWN, IDLE_UP, OD_DOWN, OD_UP, PlanGrid, plan_cache
+from orchestrator.policies.planner import IDLE_DOWN, IDLE_UP, OD_DOWN, OD_UP, PlanGrid, cycle_keys, plan_cache
 
 
 class PlanAheadPolicy(MarketPolicy):
@@ -73,7 +81,8 @@ class PlanAheadPolicy(MarketPolicy):
         ride_loss = loss[rows, ride_zone]
         others_down = np.where(np.arange(loss.shape[1])[None, :] == ride_zone[:, None], 1.0, 1.0 - share)
         failover = 1.0 - np.prod(others_down, axis=1)
-        p_any = (b.any_available_h + 0.5 * self.prior_cycle_h) / (b.observed_h + self.prior_cycle_h)
+        seen_h = _Seen.of(b)
+        p_any = (seen_h.any_h + 0.5 * self.prior_cycle_h) / (seen_h.observed_h + self.prior_cycle_h)
         seen = ride_loss * (1.0 - failover) * p_any / np.maximum(1.0 - p_any, 1e-6)
         any_recovery = np.minimum(recovery.sum(axis=1), seen)
 
@@ -83,14 +92,20 @@ class PlanAheadPolicy(MarketPolicy):
         )  # fmt: skip
         situation = np.where(on_od, np.where(any_up, OD_UP, OD_DOWN), np.where(any_up, IDLE_UP, IDLE_DOWN))
         cache = plan_cache(grid)
+        cycle = None
+        if b.market_log is not None:  # the deadline's place in the day's cycle (strength 0: none)
+            log = b.market_log
+            cycle = cycle_keys(log.cycle_strength, log.start_clock_h + b.deadline_h - log.cycle_peak_h)
         planned = cache.lookup(
-            ride_loss, failover, any_recovery, np.maximum(b.time_left_h, 0.0), b.slack_h, situation
+            ride_loss, failover, any_recovery, np.maximum(b.time_left_h, 0.0), b.slack_h, situation, cycle
         )
         leaving = on_od & (planned != Action.ON_DEMAND)
         if leaving.any():  # only if the plan, asked again once stopped, would not send it straight back
             idle = np.where(any_up, IDLE_UP, IDLE_DOWN)
             after_h = np.maximum(b.time_left_h - b.stop_h, 0.0)
-            again = cache.lookup(ride_loss, failover, any_recovery, after_h, b.slack_h - b.stop_h, idle)
+            again = cache.lookup(
+                ride_loss, failover, any_recovery, after_h, b.slack_h - b.stop_h, idle, cycle
+            )
             planned = np.where(leaving & (again == Action.ON_DEMAND), int(Action.ON_DEMAND), planned)
         od = (short & ~riding) | (~riding & (planned == Action.ON_DEMAND))
         spot = riding | (any_up & (planned == Action.SPOT) & ~od)
@@ -99,12 +114,13 @@ class PlanAheadPolicy(MarketPolicy):
     def zone_rates(self, b: MarketBatch) -> tuple[FloatArray, FloatArray, FloatArray]:
         """Per row and zone: rate (per hour) of losing spot, of getting it back (for a zone down now:
         this outage's, given its age), and the zone's time share with spot."""
-        up_h = b.available_h
-        down_h = np.maximum(b.observed_h[:, None] - up_h, 0.0)
-        ended_up = np.maximum(b.up_runs - b.spot_available, 0.0)
-        ended_down = np.maximum(b.up_runs - 0.5, 0.0)  # up and down runs alternate
+        seen = _Seen.of(b)
+        up_h = seen.available_h
+        down_h = np.maximum(seen.observed_h[:, None] - up_h, 0.0)
+        ended_up = np.maximum(seen.up_runs - b.spot_available, 0.0)
+        ended_down = np.maximum(seen.up_runs - 0.5, 0.0)  # up and down runs alternate
         cycle, runs = self.prior_cycle_h, self.prior_runs
-        seen_up = (up_h + 0.5 * cycle) / (b.observed_h[:, None] + cycle)  # share of time seen with spot
+        seen_up = (up_h + 0.5 * cycle) / (seen.observed_h[:, None] + cycle)  # share of time seen with spot
         loss: FloatArray = (ended_up + runs) / (up_h + runs * cycle * seen_up)
         recovery: FloatArray = (ended_down + runs) / (down_h + runs * cycle * (1.0 - seen_up))
         share: FloatArray = recovery / (loss + recovery)
@@ -113,3 +129,27 @@ class PlanAheadPolicy(MarketPolicy):
             age = np.maximum(b.streak_h, 0.0)
             recovery = np.where(b.spot_available, recovery, k / (k / recovery + age))
         return loss, recovery, share
+
+
+@dataclass(frozen=True)
+class _Seen:
+    """The hours of the market a row learns from: the job's own, and those of the market log where
+    its days agree on a daily cycle (a run under way at the job's start counts in both: one run)."""
+
+    observed_h: FloatArray
+    any_h: FloatArray
+    available_h: FloatArray
+    up_runs: FloatArray
+
+    @classmethod
+    def of(cls, b: MarketBatch) -> _Seen:
+        log = b.market_log
+        if log is None:
+            return cls(b.observed_h, b.any_available_h, b.available_h, b.up_runs)
+        use = log.cycle_strength > 0.0
+        return cls(
+            b.observed_h + np.where(use, log.observed_h, 0.0),
+            b.any_available_h + np.where(use, log.any_available_h, 0.0),
+            b.available_h + np.where(use[:, None], log.available_h, 0.0),
+            b.up_runs + np.where(use[:, None], log.up_runs, 0.0),
+        )

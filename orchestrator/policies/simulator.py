@@ -20,7 +20,8 @@ import numpy as np
 
 from orchestrator.errors import UserError
 from orchestrator.policies.base import MarketPolicy
-from orchestrator.policies.context import Action, BoolArray, FloatArray, IntArray, MarketBatch
+from orchestrator.policies.context import Action, BoolArray, FloatArray, IntArray, MarketBatch, MarketLogBatch
+from orchestrator.policies.daily import fit_daily_cycle
 from orchestrator.policies.rescale import check_node_range, relative_throughput, rescale_targets
 from orchestrator.policies.traces import AvailabilityTrace
 
@@ -90,6 +91,43 @@ def start_points(trace: AvailabilityTrace, job: SimJob, count: int, seed: int) -
     return rng.integers(0, last + 1, size=count).astype(np.int64)
 
 
+def market_before(trace: AvailabilityTrace, job: SimJob, starts: IntArray, hours: float) -> MarketLogBatch:
+    """What a controller watching the trace's zones would have seen in the ``hours`` before each
+    start point (less where the trace begins later): the counts of :class:`ZoneHistory` and the
+    share of each whole hour with spot in some zone. The trace's first tick is hour 0 of its day."""
+    dt = trace.tick_h
+    up: BoolArray = trace.available(job.min_nodes).T  # (ticks, zones)
+    began = up & ~np.vstack([np.zeros((1, up.shape[1]), dtype=bool), up[:-1]])
+    any_up: BoolArray = np.asarray(up.any(axis=1))
+
+    def cumulative(values: np.ndarray) -> FloatArray:
+        total: FloatArray = np.concatenate([np.zeros((1, *values.shape[1:])), np.cumsum(values, axis=0)])
+        return total
+
+    cum_up, cum_began, cum_any = cumulative(up), cumulative(np.asarray(began)), cumulative(any_up)
+    lo = np.maximum(starts - round(hours / dt), 0)
+    watched = (starts > lo)[:, None]
+    # a run under way when the window opens counts as one that began in it
+    runs = cum_began[starts] - cum_began[lo] + (up[lo] & ~began[lo] & watched)
+    hour_of_tick = np.floor(np.arange(up.shape[0]) * dt + 1e-9).astype(np.int64)
+    ticks_in_hour = np.bincount(hour_of_tick)
+    hourly = np.bincount(hour_of_tick, weights=any_up) / np.maximum(ticks_in_hour, 1)
+    whole_hours = int(hours)
+    start_hour = np.floor(starts * dt + 1e-9).astype(np.int64)  # its hour began before the start: left out
+    index = start_hour[:, None] - whole_hours + np.arange(whole_hours)[None, :]
+    seen_hours = np.where(index >= 0, hourly[np.maximum(index, 0)], np.nan)
+    strength, peak = fit_daily_cycle(seen_hours, np.mod(start_hour - whole_hours, 24).astype(np.float64))
+    return MarketLogBatch(
+        observed_h=((starts - lo) * dt).astype(np.float64),
+        any_available_h=(cum_any[starts] - cum_any[lo]) * dt,
+        available_h=(cum_up[starts] - cum_up[lo]) * dt,
+        up_runs=runs.astype(np.float64),
+        cycle_strength=strength,
+        cycle_peak_h=peak,
+        start_clock_h=np.mod(starts * dt, 24.0),
+    )
+
+
 @dataclass(frozen=True)
 class Launch:
     """One launch of the first start point's run: at trace tick ``tick`` (from its start)."""
@@ -107,13 +145,16 @@ def simulate(
     launches: list[Launch] | None = None,
     latency_h: float = 0.0,
     stop_h: float | None = None,
+    market_log_h: float = 0.0,
 ) -> SimResult:
     """Run ``policy`` from every start tick in ``starts`` (vectorised over starts).
 
     ``launches``, when given, receives every launch of the first start point (to compare one run's
     decisions with the controller's). ``latency_h`` tells the policy how late its actions may be
     carried out, as a controller does (its tick), and ``stop_h`` how long stopping on-demand may take
-    (default: ``latency_h``); the simulator still carries decisions out at once.
+    (default: ``latency_h``); the simulator still carries decisions out at once. ``market_log_h``:
+    hours of the trace before each start point that the policy is given (:func:`market_before`), as
+    a controller that watched the zones knows them; 0: none.
     """
     job.validate()
     dt, n, zones = trace.tick_h, len(starts), len(trace.zones)
@@ -143,6 +184,7 @@ def simulate(
     avail_h, runs, streak = np.zeros((n, zones)), np.zeros((n, zones)), np.zeros((n, zones))
     prev = np.zeros((n, zones), dtype=bool)
     any_h = np.zeros(n)
+    log = market_before(trace, job, starts, market_log_h) if market_log_h > 0 else None
 
     for tau in range(pad):
         active = ~finished
@@ -178,6 +220,7 @@ def simulate(
             streak_h=streak,
             latency_h=latency_h,
             stop_h=latency_h if stop_h is None else stop_h,
+            market_log=log,
         )
         action, want_zone = policy.decide_batch(batch)
         action = np.where(tau >= deadline_t - _EPS, int(Action.ON_DEMAND), action)

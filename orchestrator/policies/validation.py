@@ -18,6 +18,7 @@ import numpy as np
 
 from orchestrator.policies.base import MarketPolicy
 from orchestrator.policies.context import FloatArray
+from orchestrator.policies.daily import MARKET_LOG_H
 from orchestrator.policies.omniscient import omniscient
 from orchestrator.policies.simulator import SimJob, simulate, start_points
 from orchestrator.policies.traces import AvailabilityTrace
@@ -102,8 +103,10 @@ def evaluate_rows(
     settings: Sequence[JobSetting] = SETTINGS,
     starts: int = 100,
     seed: int = 0,
+    market_log_h: float = MARKET_LOG_H,
 ) -> list[Row]:
-    """Every policy and the omniscient bound on every (set, group, setting), same start points."""
+    """Every policy and the omniscient bound on every (set, group, setting), same start points, each
+    given ``market_log_h`` hours of the trace before it (a controller's log of the market)."""
     rows: list[Row] = []
     for setting in settings:  # outer: a policy's planning tables are cached per job setting
         for set_name, groups in sets.items():
@@ -113,7 +116,7 @@ def evaluate_rows(
                 od = job.on_demand_cost(trace.tick_h)
                 per_start, met = {}, {}
                 for name, policy in policies.items():
-                    res = simulate(policy, trace, job, points)
+                    res = simulate(policy, trace, job, points, market_log_h=market_log_h)
                     per_start[name] = res.cost_usd / od
                     met[name] = float(np.mean(res.deadline_met))
                 cost = {name: float(np.mean(c)) for name, c in per_start.items()}

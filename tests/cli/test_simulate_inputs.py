@@ -174,3 +174,28 @@ def test_without_a_job_file_every_number_is_a_flag(
     assert main([*argv, "--changeover-hours", "0.2", "--spot-price", "1"]) == 2
     err = capsys.readouterr().err
     assert "--on-demand-price is missing" in err and "--job job.yaml" in err
+
+
+def test_the_market_log_is_a_flag_and_changes_what_plan_ahead_knows(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each start point is given the week before it by default (plan-ahead reads a daily cycle
+    from it where the days agree); ``--market-log-hours 0`` plans as gpuctl's controllers do today.
+    Out of range is an error naming the flag."""
+    rng = np.random.default_rng(2)
+    hours = np.arange(30 * 24 * 6) / 6.0  # 30 days of 10-minute ticks
+    night = 1.0 / (1.0 + np.exp(-3.0 * np.cos(2 * np.pi * hours / 24.0)))  # spot mostly at night
+    runs = (rng.random(hours.size // 6) < night[::6]).repeat(6)
+    trace = write_trace(tmp_path / "us-x-1a_v100_1.json", runs.astype(int).tolist())
+    common = ["simulate", "--trace", trace, "--compute-hours", "48", "--deadline-hours", "60",
+              "--changeover-hours", "0.5", "--on-demand-price", "3", "--spot-price", "1.5",
+              "--policy", "plan-ahead", "--starts", "60", "--no-omniscient", "-o", "json"]  # fmt: skip
+    costs = []
+    for log_h in ("168", "0"):
+        assert main([*common, "--market-log-hours", log_h]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        assert doc["policies"]["plan-ahead"]["deadline_met_fraction"] == 1.0
+        costs.append(doc["policies"]["plan-ahead"]["cost_usd"])
+    assert costs[0] < costs[1]  # the night runs, waited for
+    assert main([*common, "--market-log-hours", "-1"]) == 2
+    assert "--market-log-hours" in capsys.readouterr().err

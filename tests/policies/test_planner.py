@@ -11,28 +11,56 @@ import numpy as np
 import pytest
 
 from orchestrator.policies.context import Action
-from orchestrator.policies.planner import IDLE_DOWN, IDLE_UP, OD_DOWN, OD_UP, MarketModel, PlanGrid, plan
+from orchestrator.policies.planner import (
+    IDLE_DOWN,
+    IDLE_UP,
+    OD_DOWN,
+    OD_UP,
+    DailyCycle,
+    MarketModel,
+    PlanGrid,
+    cycle_keys,
+    plan,
+)
 
 INF = math.inf
 
 
-def brute_force_q(grid: PlanGrid, model: MarketModel):  # type: ignore[no-untyped-def]
+def brute_force_q(grid: PlanGrid, model: MarketModel, cycle: DailyCycle | None = None):  # type: ignore[no-untyped-def]
     """Q(time left, slack, situation) -> {action: expected cost}, by plain recursion (whole-step
     changeovers, latencies and stops only). Under the safety net (slack < ``grid.safety_steps``, on
     on-demand ``grid.safety_steps + grid.stop_steps``) only on-demand is allowed. A launch pays ``c``
     steps; from idle it lands ``c + latency`` steps later, from on-demand (stop, then launch)
-    ``c + latency + stop``; waiting from on-demand is idle ``stop`` steps later (at least one)."""
+    ``c + latency + stop``; waiting from on-demand is idle ``stop`` steps later (at least one).
+    With a daily ``cycle``, every move from ``tau`` steps before the deadline uses the rates of the
+    middle of that step: recovery x m / I0, losses / (m x I0), m = exp(strength cos(2 pi (deadline
+    after peak - hours before the deadline) / 24))."""
     c = round(grid.changeover_steps)
     land = c + round(grid.latency_steps)
     dt = grid.step_h
     ps, po = grid.spot_price * dt, grid.on_demand_price * dt
 
-    def up_after(steps: int, up_now: bool) -> float:
-        rate = model.up_loss + model.recovery
+    def factors(tau: int) -> tuple[float, float]:
+        if cycle is None:
+            return 1.0, 1.0
+        hours_before = max(tau - 0.5, 0.0) * dt
+        m = math.exp(
+            cycle.strength * math.cos(2 * math.pi * (cycle.deadline_after_peak_h - hours_before) / 24)
+        )
+        i0 = float(np.i0(cycle.strength))
+        return m / i0, 1.0 / (m * i0)
+
+    def up_after(steps: int, up_now: bool, tau: int) -> float:
+        rec_f, loss_f = factors(tau)
+        up_loss, recovery = model.up_loss * loss_f, model.recovery * rec_f
+        rate = up_loss + recovery
         decay = math.exp(-rate * steps * dt)
-        p_uu = (model.recovery + model.up_loss * decay) / rate
-        p_du = model.recovery * (1.0 - decay) / rate
+        p_uu = (recovery + up_loss * decay) / rate
+        p_du = recovery * (1.0 - decay) / rate
         return p_uu if up_now else p_du
+
+    def survives(steps: int, tau: int) -> float:
+        return math.exp(-model.ride_loss * factors(tau)[1] * steps * dt)
 
     @cache
     def value(tau: int, s: int, state: str, up: bool) -> float:
@@ -42,7 +70,7 @@ def brute_force_q(grid: PlanGrid, model: MarketModel):  # type: ignore[no-untype
         if tau == s:  # no work left
             return 0.0
         if state == "ride":
-            surv = math.exp(-model.ride_loss * dt)
+            surv = survives(1, tau)
             lost = model.failover * value(tau - 1, s, "idle", True) + (1 - model.failover) * value(
                 tau - 1, s, "idle", False
             )
@@ -54,19 +82,19 @@ def brute_force_q(grid: PlanGrid, model: MarketModel):  # type: ignore[no-untype
         return (p_up * a if p_up > 0 else 0.0) + ((1.0 - p_up) * b if p_up < 1 else 0.0)
 
     def q_values(tau: int, s: int, state: str, up: bool) -> dict[int, float]:
-        p1 = up_after(1, up)
+        p1 = up_after(1, up, tau)
         # waiting from on-demand: idle once stopped, at least a step later
         wait = round(grid.stop_steps) if state == "od" and grid.stop_steps > 1 else 1
         q = {
             int(Action.WAIT): mix(
-                up_after(wait, up),
+                up_after(wait, up, tau),
                 value(tau - wait, s - wait, "idle", True),
                 value(tau - wait, s - wait, "idle", False),
             )
         }
         if up:
             after = land + round(grid.stop_steps) if state == "od" else land
-            surv_c = math.exp(-model.ride_loss * after * dt)
+            surv_c = survives(after, tau)
             lost = mix(
                 model.failover,
                 value(tau - after, s - after, "idle", True),
@@ -78,7 +106,7 @@ def brute_force_q(grid: PlanGrid, model: MarketModel):  # type: ignore[no-untype
                 p1, value(tau - 1, s, "od", True), value(tau - 1, s, "od", False)
             )
         else:
-            pc = up_after(land, up)
+            pc = up_after(land, up, tau)
             q[int(Action.ON_DEMAND)] = c * po + mix(
                 pc, value(tau - land, s - land, "od", True), value(tau - land, s - land, "od", False)
             )
@@ -136,6 +164,85 @@ def test_planned_action_is_optimal(
                 assert q.get(chosen, INF) == pytest.approx(best, rel=1e-9, abs=1e-9), (tau, s, situation, q)
                 checked += 1
     assert checked > 100
+
+
+@pytest.mark.parametrize(
+    ("changeover", "safety", "latency", "stop", "model", "cycle"),
+    [
+        (
+            1,
+            0.0,
+            0,
+            0,
+            MarketModel(ride_loss=0.5, failover=0.0, up_loss=0.5, recovery=0.3),
+            DailyCycle(1.0, 2.0),
+        ),
+        (
+            2,
+            0.0,
+            0,
+            0,
+            MarketModel(ride_loss=0.3, failover=0.3, up_loss=0.2, recovery=0.5),
+            DailyCycle(1.5, 20.0),
+        ),
+        (
+            1,
+            3.0,
+            0,
+            0,
+            MarketModel(ride_loss=0.1, failover=0.6, up_loss=0.04, recovery=1.0),
+            DailyCycle(0.5, 9.0),
+        ),
+        (
+            1,
+            3.0,
+            1,
+            2,
+            MarketModel(ride_loss=0.5, failover=0.0, up_loss=0.5, recovery=0.3),
+            DailyCycle(1.0, 15.0),
+        ),
+        (
+            2,
+            5.0,
+            1,
+            1,
+            MarketModel(ride_loss=1.5, failover=0.0, up_loss=1.5, recovery=0.1),
+            DailyCycle(1.5, 6.0),
+        ),
+    ],
+)
+def test_planned_action_with_a_daily_cycle_is_optimal(
+    changeover: int, safety: float, latency: int, stop: int, model: MarketModel, cycle: DailyCycle
+) -> None:
+    """Steps of 2 h, so that a 28 h plan crosses a whole day of the cycle."""
+    grid = PlanGrid(step_h=2.0, time_steps=14, slack_steps=9, changeover_steps=float(changeover),
+                    spot_price=1.0, on_demand_price=3.0, safety_steps=safety,
+                    latency_steps=float(latency), stop_steps=float(stop))  # fmt: skip
+    model = replace(
+        model, ride_loss=model.ride_loss / 4, up_loss=model.up_loss / 4, recovery=model.recovery / 4
+    )
+    table = plan(grid, [model], cycle)[0]
+    q_values = brute_force_q(grid, model, cycle)
+    checked = 0
+    for tau in range(grid.time_steps):
+        for s in range(min(tau, grid.slack_steps)):
+            for situation, (state, up) in SITUATIONS.items():
+                q = q_values(tau, s, state, up)
+                best = min(q.values())
+                if best == INF:
+                    continue
+                chosen = int(table[tau, s, situation])
+                assert q.get(chosen, INF) == pytest.approx(best, rel=1e-9, abs=1e-9), (tau, s, situation, q)
+                checked += 1
+    assert checked > 100
+    # and the cycle changes the plan: the same model without it chooses otherwise somewhere
+    assert not np.array_equal(table, plan(grid, [model])[0])
+
+
+def test_a_cycle_of_strength_zero_is_no_cycle_and_phases_bin_by_three_hours() -> None:
+    assert list(cycle_keys(np.array([0.0, 0.0]), np.array([5.0, 17.0]))) == [0, 0]
+    keys = cycle_keys(np.array([1.0, 1.0, 1.0, 0.26]), np.array([0.0, 1.4, 22.6, 25.0]))
+    assert keys[0] == keys[1] == keys[2] != keys[3] and keys.min() > 0
 
 
 def test_planning_batches_models_independently() -> None:
