@@ -3,7 +3,8 @@
 48 h of work, deadlines 52 h and 70 h, changeover 0.2 h, on-demand 3.06 USD/h, spot 0.918 USD/h.
 Zone sets: each zone alone, all 9 zones together, us-east-1a/1c/1d together. Prints each policy's cost
 as a fraction of on-demand only, the deadline-met fraction, and the share of the omniscient savings
-captured by gpuctl's default policy.
+captured by gpuctl's default policy. Every start point is given the week of the trace before it, as
+a controller that logged the market would know it (plan-ahead reads a daily cycle from it).
 
 ``--heldout`` prints the leave-one-set-out table instead: every trace set (the shared AWS traces and
 the synthetic regimes of orchestrator/policies/synthetic.py) held out in turn, plan-ahead's

@@ -21,7 +21,7 @@ import numpy as np
 from orchestrator.errors import UserError
 from orchestrator.policies.base import MarketPolicy
 from orchestrator.policies.context import Action, BoolArray, FloatArray, IntArray, MarketBatch, MarketLogBatch
-from orchestrator.policies.daily import fit_daily_cycle
+from orchestrator.policies.daily import MARKET_LOG_H, fit_daily_cycle
 from orchestrator.policies.rescale import check_node_range, relative_throughput, rescale_targets
 from orchestrator.policies.traces import AvailabilityTrace
 
@@ -111,7 +111,13 @@ def market_before(trace: AvailabilityTrace, job: SimJob, starts: IntArray, hours
     runs = cum_began[starts] - cum_began[lo] + (up[lo] & ~began[lo] & watched)
     hour_of_tick = np.floor(np.arange(up.shape[0]) * dt + 1e-9).astype(np.int64)
     ticks_in_hour = np.bincount(hour_of_tick)
-    hourly = np.bincount(hour_of_tick, weights=any_up) / np.maximum(ticks_in_hour, 1)
+    # an hour no tick begins in (ticks longer than an hour): the tick that covers its middle
+    covering = np.minimum(((np.arange(ticks_in_hour.size) + 0.5) / dt).astype(np.int64), up.shape[0] - 1)
+    hourly = np.where(
+        ticks_in_hour > 0,
+        np.bincount(hour_of_tick, weights=any_up) / np.maximum(ticks_in_hour, 1),
+        any_up[covering],
+    )
     whole_hours = int(hours)
     start_hour = np.floor(starts * dt + 1e-9).astype(np.int64)  # its hour began before the start: left out
     index = start_hour[:, None] - whole_hours + np.arange(whole_hours)[None, :]
@@ -145,7 +151,7 @@ def simulate(
     launches: list[Launch] | None = None,
     latency_h: float = 0.0,
     stop_h: float | None = None,
-    market_log_h: float = 0.0,
+    market_log_h: float = MARKET_LOG_H,
 ) -> SimResult:
     """Run ``policy`` from every start tick in ``starts`` (vectorised over starts).
 
@@ -154,7 +160,8 @@ def simulate(
     carried out, as a controller does (its tick), and ``stop_h`` how long stopping on-demand may take
     (default: ``latency_h``); the simulator still carries decisions out at once. ``market_log_h``:
     hours of the trace before each start point that the policy is given (:func:`market_before`), as
-    a controller that watched the zones knows them; 0: none.
+    a controller that watched the zones knows them: a week by default; 0: none, as gpuctl's
+    controllers decide today (they keep no market log yet).
     """
     job.validate()
     dt, n, zones = trace.tick_h, len(starts), len(trace.zones)

@@ -76,11 +76,13 @@ def simulated_launches(
     )
     launches: list[Launch] = []
     # told, as the controller's policy is, that an action may be carried out a pass late, and that
-    # on-demand may take the notice grace and a pass to stop
+    # on-demand may take the notice grace and a pass to stop; and given no market log, as the
+    # controllers keep none (the job starts with the trace, so there is nothing before it anyway)
     stop_h = (NOTICE_GRACE_S + pass_s) / 3600
     result = simulate(
-        market_policy(DEFAULT_POLICY), trace, job, np.array([0]), launches, latency_h=pass_h, stop_h=stop_h
-    )
+        market_policy(DEFAULT_POLICY), trace, job, np.array([0]), launches, latency_h=pass_h, stop_h=stop_h,
+        market_log_h=0.0,
+    )  # fmt: skip
     assert bool(result.deadline_met[0])
     return launches
 

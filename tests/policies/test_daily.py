@@ -99,3 +99,15 @@ def test_a_controllers_log_and_the_simulators_fit_the_same_cycle() -> None:
     assert sim.cycle_strength[0] > 0.5
     assert log.cycle_strength[0] == pytest.approx(sim.cycle_strength[0])
     assert log.cycle_peak_h[0] == pytest.approx(sim.cycle_peak_h[0])
+
+
+def test_ticks_longer_than_an_hour_still_give_every_hour_a_share() -> None:
+    """A trace with 2 h ticks: an hour no tick begins in takes the tick that covers it, so whole
+    days (and a strong cycle) are still seen."""
+    tick_h = 2.0
+    clock = np.arange(24 * 10 // 2) * tick_h
+    counts = (np.cos(2 * math.pi * clock / 24.0) > 0).astype(np.int64)[None, :]  # spot half of each day
+    trace = AvailabilityTrace(("a",), tick_h, counts)
+    log = market_before(trace, SimJob(48, 60, 0.2, 1, 3), np.array([counts.shape[1] - 1]), hours=168.0)
+    assert log.cycle_strength[0] > 1.0
+    assert (log.cycle_peak_h[0] + 12.0) % 24.0 - 12.0 == pytest.approx(0.0, abs=1.5)

@@ -125,6 +125,25 @@ SITUATIONS = {
 }
 
 
+def assert_planned_optimally(grid: PlanGrid, model: MarketModel, cycle: DailyCycle | None) -> np.ndarray:
+    """Every action of the plan's table is one of the cheapest by brute force; returns the table."""
+    table = plan(grid, [model], cycle)[0]
+    q_values = brute_force_q(grid, model, cycle)
+    checked = 0
+    for tau in range(grid.time_steps):
+        for s in range(min(tau, grid.slack_steps)):
+            for situation, (state, up) in SITUATIONS.items():
+                q = q_values(tau, s, state, up)
+                best = min(q.values())
+                if best == INF:
+                    continue
+                chosen = int(table[tau, s, situation])
+                assert q.get(chosen, INF) == pytest.approx(best, rel=1e-9, abs=1e-9), (tau, s, situation, q)
+                checked += 1
+    assert checked > 100
+    return table
+
+
 @pytest.mark.parametrize(
     ("changeover", "safety", "latency", "stop", "model"),
     [
@@ -150,65 +169,17 @@ def test_planned_action_is_optimal(
     grid = PlanGrid(step_h=0.5, time_steps=14, slack_steps=9, changeover_steps=float(changeover),
                     spot_price=1.0, on_demand_price=3.0, safety_steps=safety,
                     latency_steps=float(latency), stop_steps=float(stop))  # fmt: skip
-    table = plan(grid, [model])[0]
-    q_values = brute_force_q(grid, model)
-    checked = 0
-    for tau in range(grid.time_steps):
-        for s in range(min(tau, grid.slack_steps)):
-            for situation, (state, up) in SITUATIONS.items():
-                q = q_values(tau, s, state, up)
-                best = min(q.values())
-                if best == INF:
-                    continue
-                chosen = int(table[tau, s, situation])
-                assert q.get(chosen, INF) == pytest.approx(best, rel=1e-9, abs=1e-9), (tau, s, situation, q)
-                checked += 1
-    assert checked > 100
+    assert_planned_optimally(grid, model, None)
 
 
 @pytest.mark.parametrize(
     ("changeover", "safety", "latency", "stop", "model", "cycle"),
-    [
-        (
-            1,
-            0.0,
-            0,
-            0,
-            MarketModel(ride_loss=0.5, failover=0.0, up_loss=0.5, recovery=0.3),
-            DailyCycle(1.0, 2.0),
-        ),
-        (
-            2,
-            0.0,
-            0,
-            0,
-            MarketModel(ride_loss=0.3, failover=0.3, up_loss=0.2, recovery=0.5),
-            DailyCycle(1.5, 20.0),
-        ),
-        (
-            1,
-            3.0,
-            0,
-            0,
-            MarketModel(ride_loss=0.1, failover=0.6, up_loss=0.04, recovery=1.0),
-            DailyCycle(0.5, 9.0),
-        ),
-        (
-            1,
-            3.0,
-            1,
-            2,
-            MarketModel(ride_loss=0.5, failover=0.0, up_loss=0.5, recovery=0.3),
-            DailyCycle(1.0, 15.0),
-        ),
-        (
-            2,
-            5.0,
-            1,
-            1,
-            MarketModel(ride_loss=1.5, failover=0.0, up_loss=1.5, recovery=0.1),
-            DailyCycle(1.5, 6.0),
-        ),
+    [  # MarketModel(ride_loss, failover, up_loss, recovery), DailyCycle(strength, deadline after peak)
+        (1, 0.0, 0, 0, MarketModel(0.5, 0.0, 0.5, 0.3), DailyCycle(1.0, 2.0)),
+        (2, 0.0, 0, 0, MarketModel(0.3, 0.3, 0.2, 0.5), DailyCycle(1.5, 20.0)),
+        (1, 3.0, 0, 0, MarketModel(0.1, 0.6, 0.04, 1.0), DailyCycle(0.5, 9.0)),
+        (1, 3.0, 1, 2, MarketModel(0.5, 0.0, 0.5, 0.3), DailyCycle(1.0, 15.0)),
+        (2, 5.0, 1, 1, MarketModel(1.5, 0.0, 1.5, 0.1), DailyCycle(1.5, 6.0)),
     ],
 )
 def test_planned_action_with_a_daily_cycle_is_optimal(
@@ -221,20 +192,7 @@ def test_planned_action_with_a_daily_cycle_is_optimal(
     model = replace(
         model, ride_loss=model.ride_loss / 4, up_loss=model.up_loss / 4, recovery=model.recovery / 4
     )
-    table = plan(grid, [model], cycle)[0]
-    q_values = brute_force_q(grid, model, cycle)
-    checked = 0
-    for tau in range(grid.time_steps):
-        for s in range(min(tau, grid.slack_steps)):
-            for situation, (state, up) in SITUATIONS.items():
-                q = q_values(tau, s, state, up)
-                best = min(q.values())
-                if best == INF:
-                    continue
-                chosen = int(table[tau, s, situation])
-                assert q.get(chosen, INF) == pytest.approx(best, rel=1e-9, abs=1e-9), (tau, s, situation, q)
-                checked += 1
-    assert checked > 100
+    table = assert_planned_optimally(grid, model, cycle)
     # and the cycle changes the plan: the same model without it chooses otherwise somewhere
     assert not np.array_equal(table, plan(grid, [model])[0])
 
