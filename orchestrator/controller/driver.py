@@ -18,7 +18,7 @@ import dataclasses
 import logging
 import sqlite3
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, assert_never
 
 from orchestrator.backends.base import Backend, LaunchRequest, Placement
@@ -32,6 +32,9 @@ from orchestrator.controller.reconcile import JobView, reconcile_and_explain
 from orchestrator.errors import SpecError
 from orchestrator.notify import JobRef, NotifyConfig, addressed, enqueue, notifications_for
 from orchestrator.policies import GpuMeasurement, ZoneHistory
+from orchestrator.policies.context import MarketLog
+from orchestrator.policies.daily import MARKET_LOG_H
+from orchestrator.policies.market_log import market_log_from
 from orchestrator.spec import Checkpoint, JobSpec, MarketMode, spec_from_json
 from orchestrator.spec import RightSize as RightSizeMode
 from orchestrator.state.job_state import JobEvent, JobState, NodeLaunch, SegmentState
@@ -40,6 +43,7 @@ from orchestrator.state.state_rows import load_state, save_state
 from orchestrator.state.status import FailureReason, JobStatus
 from orchestrator.state.store import JobStore
 from orchestrator.state.usage import UsageStore
+from orchestrator.state.zone_watch import ZoneWatch
 
 log = logging.getLogger(__name__)
 
@@ -237,11 +241,28 @@ class Driver:
         if saved is not None:
             history = ZoneHistory(**saved[1])
             tick_h = max(0.0, (now - saved[0]).total_seconds() / 3600.0)
+        log = self._market_log(job, spec, zones)
         if not state.status.terminal:
             up = {z.zone: (z.capacity is None or z.capacity >= spec.resources.min_nodes) for z in zones}
             history = history.updated(tick_h, up)
             self.store.set_market_history(job.id, now, dataclasses.asdict(history))
-        return MarketView(zones, found.on_demand, history, tick_h, run_hours(state.segments, spec, now))
+            ZoneWatch(self.store).record({z.zone: z.capacity for z in zones}, now)
+        run_h = run_hours(state.segments, spec, now)
+        return MarketView(zones, found.on_demand, history, tick_h, run_h, market_log=log)
+
+    def _market_log(self, job: JobRecord, spec: JobSpec, zones: Sequence[ZoneMarket]) -> MarketLog | None:
+        """The market the controller saw of the job's zones in the week before its submit: built at
+        the job's first look, then kept with the job (a restarted controller reads the same)."""
+        watch = ZoneWatch(self.store)
+        kept = watch.job_log(job.id)
+        if kept is None and zones:
+            names = [z.zone for z in zones]
+            since = job.submitted_at - timedelta(hours=MARKET_LOG_H)
+            spans = watch.spans(names, since, job.submitted_at)
+            built = market_log_from(spans, names, spec.resources.min_nodes, job.submitted_at)
+            watch.set_job_log(job.id, built.to_dict())
+            kept = watch.job_log(job.id)
+        return MarketLog.from_dict(kept) if kept is not None else None
 
     # --- 2. apply: the engine's new state in one transaction; then its effects --------------------
     def _apply(

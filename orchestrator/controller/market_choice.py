@@ -20,6 +20,7 @@ from datetime import datetime
 
 from orchestrator.backends.base import Placement, Progress
 from orchestrator.policies import DEFAULT_POLICY, MarketContext, ZoneHistory, market_policy
+from orchestrator.policies.context import MarketLog
 from orchestrator.policies.rescale import rescale_target
 from orchestrator.spec import JobSpec, MarketMode, parse_duration
 from orchestrator.state.watch import WatchState
@@ -45,6 +46,8 @@ class MarketView:
     """Time until the next decision (the controller's tick)."""
     run_h: float = 0.0
     """Hours the job has held nodes so far, minus a changeover per attempt (for work estimates)."""
+    market_log: MarketLog | None = None
+    """The market the controller saw before the job (kept with the job), when it keeps a log."""
 
 
 @dataclass(frozen=True)
@@ -175,6 +178,7 @@ def market_context(
         latency_h=market.tick_h,  # a decision is carried out at this pass or the next one
         # on-demand, told to stop, may take the notice grace to save and exit; a pass sees it ended
         stop_h=spec.checkpoint.notice_grace_seconds / 3600.0 + market.tick_h,
+        market_log=market.market_log,
     )
 
 

@@ -14,9 +14,11 @@ Two forms of the same facts:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -110,6 +112,28 @@ class MarketLog:
     history: ZoneHistory
     hourly_any_up: tuple[float, ...]
     start_clock_h: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON document (kept with the job: the same log after a controller restart)."""
+        h = self.history
+        return {
+            "history": {"observed_h": h.observed_h, "any_available_h": h.any_available_h,
+                        "available_h": dict(h.available_h), "up_runs": dict(h.up_runs)},
+            "hourly_any_up": [None if math.isnan(v) else v for v in self.hourly_any_up],
+            "start_clock_h": self.start_clock_h,
+        }  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any]) -> MarketLog:
+        h = doc["history"]
+        history = ZoneHistory(
+            observed_h=float(h["observed_h"]),
+            any_available_h=float(h["any_available_h"]),
+            available_h={str(z): float(v) for z, v in h["available_h"].items()},
+            up_runs={str(z): int(v) for z, v in h["up_runs"].items()},
+        )
+        hourly = tuple(math.nan if v is None else float(v) for v in doc["hourly_any_up"])
+        return cls(history, hourly, float(doc["start_clock_h"]))
 
     def to_batch(self, zones: Sequence[str]) -> MarketLogBatch:
         h = self.history

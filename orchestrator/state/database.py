@@ -30,9 +30,10 @@ APPLICATION_ID = 0x67707563
 LOCK_TIMEOUT_S = 30.0
 LOW_SPACE_BYTES = 1 << 20
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """The version of :data:`SCHEMA` (``PRAGMA user_version``); 0 is a store from before versions.
-2: the ``notifications`` outbox (:mod:`orchestrator.notify.outbox`)."""
+2: the ``notifications`` outbox (:mod:`orchestrator.notify.outbox`). 3: the market log
+(``zone_watch``, ``job_market_logs``: :mod:`orchestrator.state.zone_watch`)."""
 
 OUTBOX_SCHEMA = """
 CREATE TABLE IF NOT EXISTS notifications (
@@ -78,6 +79,14 @@ CREATE TABLE IF NOT EXISTS events (
 );
 CREATE TABLE IF NOT EXISTS market_history (
     job_id TEXT PRIMARY KEY REFERENCES jobs(id), observed_at TEXT NOT NULL, history_json TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS zone_watch (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, zone TEXT NOT NULL, begin REAL NOT NULL, end REAL NOT NULL,
+    capacity INTEGER
+);
+CREATE INDEX IF NOT EXISTS zone_watch_zone ON zone_watch(zone, end);
+CREATE TABLE IF NOT EXISTS job_market_logs (
+    job_id TEXT PRIMARY KEY REFERENCES jobs(id), log_json TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS gpu_usage_windows (
     job_id TEXT NOT NULL, source TEXT NOT NULL, line_offset INTEGER NOT NULL,
