@@ -65,7 +65,8 @@ def register(sub: Any) -> None:
         default=MARKET_LOG_H,
         metavar="HOURS",
         help="hours of the traces before each start the policies are given, as a controller that "
-        "watched the market (default 168; 0: none, as gpuctl's controllers run today)",
+        "watched the market (default 168, as the local and SLURM controllers keep; 0: none, as on "
+        "Kubernetes)",
     )
     p.add_argument("--no-omniscient", action="store_true", help="skip the optimum (faster)")
     p.add_argument("-o", "--output", choices=("table", "json"), default="table")

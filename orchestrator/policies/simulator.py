@@ -160,8 +160,8 @@ def simulate(
     carried out, as a controller does (its tick), and ``stop_h`` how long stopping on-demand may take
     (default: ``latency_h``); the simulator still carries decisions out at once. ``market_log_h``:
     hours of the trace before each start point that the policy is given (:func:`market_before`), as
-    a controller that watched the zones knows them: a week by default; 0: none, as gpuctl's
-    controllers decide today (they keep no market log yet).
+    a controller that watched the zones knows them: a week by default (the local and SLURM
+    controllers keep such a log); 0: none, as the Kubernetes operator, which keeps none.
     """
     job.validate()
     dt, n, zones = trace.tick_h, len(starts), len(trace.zones)

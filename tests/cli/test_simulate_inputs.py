@@ -180,7 +180,7 @@ def test_the_market_log_is_a_flag_and_changes_what_plan_ahead_knows(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Each start point is given the week before it by default (plan-ahead reads a daily cycle
-    from it where the days agree); ``--market-log-hours 0`` plans as gpuctl's controllers do today.
+    from it where the days agree); ``--market-log-hours 0`` plans as the Kubernetes operator does.
     Out of range is an error naming the flag."""
     rng = np.random.default_rng(2)
     hours = np.arange(30 * 24 * 6) / 6.0  # 30 days of 10-minute ticks
