@@ -13,6 +13,7 @@ constants chosen on the other sets only, over job settings from 1.05x to 2x the 
 
     python benchmarks/spot_policies.py [--traces DIR] [--starts 300] [--seed 0] [--markdown]
     python benchmarks/spot_policies.py --heldout [--starts 200] [--markdown]
+    (either with --market-log-hours 0: no week before the starts, as on Kubernetes)
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from orchestrator.policies import synthetic
+from orchestrator.policies.daily import MARKET_LOG_H
 from orchestrator.policies.evaluate import evaluate, savings_share
 from orchestrator.policies.market import DEFAULT_POLICY, POLICIES, market_policy
 from orchestrator.policies.planning import PlanAheadPolicy
@@ -69,6 +71,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--markdown", action="store_true", help="print a markdown table")
     ap.add_argument("--heldout", action="store_true", help="the leave-one-set-out table")
+    ap.add_argument(
+        "--market-log-hours", type=float, default=MARKET_LOG_H,
+        help="hours of the trace before each start given to the policies (default 168; 0: none)",
+    )  # fmt: skip
     args = ap.parse_args(argv)
     folder = args.traces / SUBDIR if (args.traces / SUBDIR).is_dir() else args.traces
     files = sorted(folder.glob("*.json"))
@@ -76,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no traces under {folder}; pass --traces DIR", file=sys.stderr)
         return 2
     if args.heldout:
-        return heldout(files, args.starts or 200, args.seed, args.markdown)
+        return heldout(files, args.starts or 200, args.seed, args.markdown, args.market_log_hours)
     starts = args.starts or 300
     names = list(POLICIES)
     scored = list(dict.fromkeys([DEFAULT_POLICY, PlanAheadPolicy.name]))
@@ -92,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         trace = load_traces(paths)
         for deadline in DEADLINES:
             job = SimJob(48.0, deadline, 0.2, 0.918, 3.06)
-            doc = evaluate(trace, job, names, starts, args.seed)
+            doc = evaluate(trace, job, names, starts, args.seed, market_log_h=args.market_log_hours)
             cells = [label, f"{deadline:g}"]
             for n in names:
                 s = doc["policies"][n]
@@ -123,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         + (", ".join(f"{k} {v:.0%}" for k, v in misses.items()) or "none")
     )
     print(f"elapsed: {time.perf_counter() - began:.1f} s for {starts} starts per setting")
+    print(f"market log before each start: {args.market_log_hours:g} h")
     return 0
 
 
@@ -148,13 +155,13 @@ def heldout_sets(files: list[Path]) -> dict[str, list[tuple[str, AvailabilityTra
     return sets
 
 
-def heldout(files: list[Path], starts: int, seed: int, markdown: bool) -> int:
+def heldout(files: list[Path], starts: int, seed: int, markdown: bool, market_log_h: float) -> int:
     began = time.perf_counter()
     policies = {name: market_policy(name) for name in (*BASELINES, "reserve-slack")}
     policies.update(
         {name: PlanAheadPolicy(cycle, outage_shape=shape) for name, (cycle, shape) in CANDIDATES.items()}
     )
-    rows = evaluate_rows(heldout_sets(files), policies, starts=starts, seed=seed)
+    rows = evaluate_rows(heldout_sets(files), policies, starts=starts, seed=seed, market_log_h=market_log_h)
     folds = leave_one_set_out(rows, list(CANDIDATES))
     header = ["held-out set", "zones", "deadline x, changeover h, spot/od", "best baseline", "reserve-slack",
               "plan-ahead (chosen)", "above best ± s.e.", "omniscient", "share"]  # fmt: skip
@@ -184,6 +191,7 @@ def heldout(files: list[Path], starts: int, seed: int, markdown: bool) -> int:
             f"{name} everywhere (in-sample for plan-ahead's choice): {_line(summarise([(r, name) for r in rows]))}"
         )
     print(f"elapsed: {time.perf_counter() - began:.1f} s for {starts} starts per row")
+    print(f"market log before each start: {market_log_h:g} h")
     return 0
 
 

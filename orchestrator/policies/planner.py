@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,6 +43,7 @@ from numpy.typing import NDArray
 from orchestrator.policies.context import Action, FloatArray, IntArray
 
 IDLE_UP, IDLE_DOWN, OD_UP, OD_DOWN = 0, 1, 2, 3
+_SPOT, _ON_DEMAND = int(Action.SPOT), int(Action.ON_DEMAND)  # plain ints in the hot loop
 _PENALTY = 1e9
 _MAX_TIME_STEPS = 400
 _MAX_SLACK_STEPS = 256
@@ -184,12 +186,13 @@ def _transitions(
     models: list[MarketModel],
     grid: PlanGrid,
     spans: tuple[float, float, float, float],
-    cycle: DailyCycle | None,
+    cycles: Sequence[DailyCycle] | None,
 ) -> _Transitions:
-    """Chances over a step, a launch from idle, a stop and a launch from on-demand (``spans``, in steps)."""
+    """Chances over a step, a launch from idle, a stop and a launch from on-demand (``spans``, in
+    steps); ``cycles``: each model's daily cycle, or None for none."""
     dt = grid.step_h
     step, c_idle, stop, c_od = spans
-    if cycle is None:  # one set for every step (scalar math: the tables of a market without a cycle)
+    if cycles is None:  # one set for every step (scalar math: the tables of a market without a cycle)
 
         def col(values: list[float]) -> FloatArray:
             return np.asarray(values, dtype=np.float64)[None, :, None]
@@ -199,10 +202,13 @@ def _transitions(
         up = [(col([p[0] for p in ps]), col([p[1] for p in ps])) for ps in pairs]
         return _Transitions(*up[0], *up[1], *up[2], *surv)
     # the rates of the step that starts tau steps before the deadline: those of its middle
-    rec_f, loss_f = cycle.factors((np.arange(grid.time_steps) - 0.5).clip(0.0) * dt)
-    up_loss = np.asarray([m.up_loss for m in models])[None, :] * loss_f[:, None]
-    recovery = np.asarray([m.recovery for m in models])[None, :] * rec_f[:, None]
-    ride_loss = np.asarray([m.ride_loss for m in models])[None, :] * loss_f[:, None]
+    hours_before = (np.arange(grid.time_steps) - 0.5).clip(0.0) * dt
+    factors = [cycle.factors(hours_before) for cycle in cycles]
+    rec_f = np.stack([f[0] for f in factors], axis=1)  # (steps, models)
+    loss_f = np.stack([f[1] for f in factors], axis=1)
+    up_loss = np.asarray([m.up_loss for m in models])[None, :] * loss_f
+    recovery = np.asarray([m.recovery for m in models])[None, :] * rec_f
+    ride_loss = np.asarray([m.ride_loss for m in models])[None, :] * loss_f
     out: list[FloatArray] = []
     for n in (step, c_idle, stop):
         out.extend(p[..., None] for p in _two_state_array(up_loss, recovery, n * dt))
@@ -210,11 +216,13 @@ def _transitions(
     return _Transitions(*out)
 
 
-def plan(grid: PlanGrid, models: list[MarketModel], cycle: DailyCycle | None = None) -> NDArray[np.int8]:
+def plan(
+    grid: PlanGrid, models: list[MarketModel], cycle: DailyCycle | Sequence[DailyCycle] | None = None
+) -> NDArray[np.int8]:
     """(len(models), time_steps, slack_steps, 4): the cheapest action per model, time left, slack and
     situation (an :class:`Action` code). Vectorised over models and slack, one step of time left at a
-    time (each step reads the last ``changeover + latency + stop + 1`` ones). With a ``cycle``, each
-    step's transitions use the rates of its hour of the day."""
+    time (each step reads the last ``changeover + latency + stop + 1`` ones). With a ``cycle`` (one
+    for all models, or one per model), each step's transitions use the rates of its hour of the day."""
     n_t, n_s, dt, k = grid.time_steps, grid.slack_steps, grid.step_h, len(models)
     ps, po = grid.spot_price * dt, grid.on_demand_price * dt
     c = grid.changeover_steps  # paid
@@ -227,7 +235,8 @@ def plan(grid: PlanGrid, models: list[MarketModel], cycle: DailyCycle | None = N
     stop = min(grid.stop_steps, most)
     c_lo = math.floor(c_od)
 
-    chances = _transitions(models, grid, (1.0, c_idle, stop, c_od), cycle)
+    cycles = [cycle] * k if isinstance(cycle, DailyCycle) else None if cycle is None else list(cycle)
+    chances = _transitions(models, grid, (1.0, c_idle, stop, c_od), cycles)
     # waiting from on-demand: the job is idle once stopped (never sooner than the next step)
     slow_stop = stop > 1.0
     q = np.asarray([m.failover for m in models], dtype=np.float64)[:, None]
@@ -279,12 +288,12 @@ def plan(grid: PlanGrid, models: list[MarketModel], cycle: DailyCycle | None = N
             # the cheapest, ties to the first of wait, spot, on-demand (codes 0, 1, 2)
             act, best = np.zeros((k, n_s), dtype=np.int8), wait
             if spot is not None:
-                act[spot < best] = Action.SPOT
+                act[spot < best] = _SPOT
                 best = np.minimum(best, spot)
-            act[od < best] = Action.ON_DEMAND
+            act[od < best] = _ON_DEMAND
             best = np.minimum(best, od)
             net = netted_od if i >= OD_UP else netted
-            act[:, net] = Action.ON_DEMAND
+            act[:, net] = _ON_DEMAND
             best[:, net] = od[:, net]
             actions[:, tau, :, i] = act
             cur[i, :, pad:] = best
@@ -323,9 +332,8 @@ def cycle_keys(strength: FloatArray, deadline_after_peak_h: FloatArray) -> IntAr
     return keys
 
 
-def _cycle_of(key: int) -> DailyCycle | None:
-    if key == 0:
-        return None
+def _cycle_of(key: int) -> DailyCycle:
+    """The cycle of a key of :func:`cycle_keys` above 0."""
     s, phase = divmod(key - 1, _PHASE_BINS)
     return DailyCycle(float(_STRENGTH_BINS[s]), phase * 24.0 / _PHASE_BINS)
 
@@ -371,10 +379,13 @@ class PlanCache:
         return actions
 
     def _add(self, keys: list[int]) -> None:
-        by_cycle: dict[int, list[int]] = {}
-        for key in keys:
-            by_cycle.setdefault(key // _MODEL_KEYS, []).append(key)
-        for cycle_key, group in by_cycle.items():
+        """Plan the tables of ``keys``: those without a cycle in one batch, those with one in another
+        (a batch costs little more than one model: the steps are a Python loop)."""
+        plain = [key for key in keys if key < _MODEL_KEYS]
+        cyclic = [key for key in keys if key >= _MODEL_KEYS]
+        for group in (plain, cyclic):
+            if not group:
+                continue
             models = []
             for key in group:
                 rest, m = divmod(key % _MODEL_KEYS, len(_LOSS_BINS))
@@ -386,7 +397,8 @@ class PlanCache:
                 grown = np.zeros((max(2 * need, 8), *self.tables.shape[1:]), dtype=np.int8)
                 grown[:n] = self.tables[:n]
                 self.tables = grown
-            self.tables[n:need] = plan(self.grid, models, _cycle_of(cycle_key))
+            cycles = None if group is plain else [_cycle_of(key // _MODEL_KEYS) for key in group]
+            self.tables[n:need] = plan(self.grid, models, cycles)
             self.slot[group] = np.arange(n, need)
             self.count = need
 

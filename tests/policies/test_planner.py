@@ -211,6 +211,11 @@ def test_planning_batches_models_independently() -> None:
     assert np.array_equal(both[1], plan(grid, models[1:])[0])
     # spot that rarely goes away and comes back fast: with slack, idle waits rather than on-demand
     assert both[1][10, 4, IDLE_DOWN] == Action.WAIT
+    # and models with cycles of their own, planned together
+    cycles = [DailyCycle(1.0, 3.0), DailyCycle(0.5, 18.0)]
+    mixed = plan(grid, models, cycles)
+    assert np.array_equal(mixed[0], plan(grid, models[:1], cycles[0])[0])
+    assert np.array_equal(mixed[1], plan(grid, models[1:], cycles[1])[0])
 
 
 def test_grid_never_coarser_than_the_changeover() -> None:
