@@ -241,7 +241,7 @@ class Driver:
         if saved is not None:
             history = ZoneHistory(**saved[1])
             tick_h = max(0.0, (now - saved[0]).total_seconds() / 3600.0)
-        log = self._market_log(job, spec, zones)
+        log = self._market_log(job, spec, zones, build=not state.status.terminal)
         if not state.status.terminal:
             up = {z.zone: (z.capacity is None or z.capacity >= spec.resources.min_nodes) for z in zones}
             history = history.updated(tick_h, up)
@@ -250,12 +250,15 @@ class Driver:
         run_h = run_hours(state.segments, spec, now)
         return MarketView(zones, found.on_demand, history, tick_h, run_h, market_log=log)
 
-    def _market_log(self, job: JobRecord, spec: JobSpec, zones: Sequence[ZoneMarket]) -> MarketLog | None:
+    def _market_log(
+        self, job: JobRecord, spec: JobSpec, zones: Sequence[ZoneMarket], build: bool
+    ) -> MarketLog | None:
         """The market the controller saw of the job's zones in the week before its submit: built at
-        the job's first look, then kept with the job (a restarted controller reads the same)."""
+        the job's first look (``build``: the job has not ended), then kept with the job (a restarted
+        controller reads the same)."""
         watch = ZoneWatch(self.store)
         kept = watch.job_log(job.id)
-        if kept is None and zones:
+        if kept is None and zones and build:
             names = [z.zone for z in zones]
             since = job.submitted_at - timedelta(hours=MARKET_LOG_H)
             spans = watch.spans(names, since, job.submitted_at)
