@@ -10,6 +10,8 @@ import pytest
 
 from orchestrator.policies.context import MarketLog, ZoneHistory
 from orchestrator.policies.market_log import market_log_from
+from orchestrator.policies.simulator import SimJob, market_before
+from orchestrator.policies.traces import AvailabilityTrace
 from orchestrator.state.zone_watch import WatchedSpan
 
 UNTIL = datetime(2026, 11, 8, 5, 30, tzinfo=UTC)
@@ -82,3 +84,32 @@ def test_a_week_of_a_daily_rhythm_gives_the_job_a_cycle() -> None:
     batch = log.to_batch(["a"])
     assert batch.cycle_strength[0] > 1.0
     assert (batch.cycle_peak_h[0] - 2.0 + 12.0) % 24.0 - 12.0 == pytest.approx(0.0, abs=0.5)
+
+
+def test_a_controllers_log_of_a_trace_is_the_simulators_week_before() -> None:
+    """The controller's log (spans watched tick by tick, read back at the job's submit) and the
+    simulator's week before a start point on the same trace are the same numbers, so plan-ahead is
+    given the same cycle by both. The trace's hour 0 is midnight UTC, the start a whole hour."""
+    rng = np.random.default_rng(11)
+    tick_h = 0.25
+    hours = np.arange(10 * 24 * 4) * tick_h
+    night = 1.0 / (1.0 + np.exp(-2.0 * np.cos(2 * math.pi * (hours - 3.0) / 24.0)))
+    counts = np.stack([(rng.random(hours.size) < night).astype(np.int64) for _ in range(2)])
+    trace = AvailabilityTrace(("a", "b"), tick_h, counts)
+    start = 9 * 24 * 4  # day 9, 00:00
+    midnight = datetime(2026, 11, 1, tzinfo=UTC)
+    spans = [
+        WatchedSpan(zone, (midnight + timedelta(hours=t * tick_h)).timestamp(),
+                    (midnight + timedelta(hours=(t + 1) * tick_h)).timestamp(), int(counts[z, t]))
+        for z, zone in enumerate(trace.zones) for t in range(start)
+    ]  # fmt: skip
+    until = midnight + timedelta(hours=start * tick_h)
+    controller = market_log_from(spans, list(trace.zones), min_nodes=1, until=until).to_batch(
+        list(trace.zones)
+    )
+    simulator = market_before(trace, SimJob(48, 60, 0.2, 1, 3), np.array([start]), hours=168.0)
+    for field in ("observed_h", "any_available_h", "available_h", "up_runs", "start_clock_h"):
+        assert np.allclose(getattr(controller, field), getattr(simulator, field)), field
+    assert simulator.cycle_strength[0] > 0.5
+    assert controller.cycle_strength[0] == pytest.approx(simulator.cycle_strength[0])
+    assert controller.cycle_peak_h[0] == pytest.approx(simulator.cycle_peak_h[0])
