@@ -86,7 +86,7 @@ def run_simulate(args: argparse.Namespace) -> int:
         trace, inputs.job, args.policy, args.starts, args.seed, with_omniscient=not args.no_omniscient,
         market_log_h=args.market_log_hours,
     )  # fmt: skip
-    doc["inputs"] = inputs.to_dict()
+    doc["inputs"] = {**inputs.to_dict(), "market_log_hours": args.market_log_hours}
     if args.output == "json":
         print(json.dumps(doc, indent=2))
         return 0
@@ -119,7 +119,8 @@ def render_table(doc: dict[str, Any], zones: tuple[str, ...], tick_h: float) -> 
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = [
-        f"{len(zones)} zone(s): {', '.join(zones)}; tick {tick_h * 3600:g} s; {doc['starts']} start(s); "
+        f"{len(zones)} zone(s): {', '.join(zones)}; tick {tick_h * 3600:g} s; {doc['starts']} start(s), "
+        f"each given {doc['inputs'].get('market_log_hours', 0):g} h of the traces before it; "
         f"on-demand only: {doc['on_demand_only_cost_usd']:.2f} USD"
     ]
     for r in rows:
