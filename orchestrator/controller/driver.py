@@ -75,6 +75,8 @@ class Driver:
         self.notify = notify or NotifyConfig()
         self.on_notify = on_notify
         self._candidates: dict[tuple[str, str | None], Candidates] = {}
+        self._market_logs: dict[str, MarketLog] = {}
+        """Job id -> its kept market log (read from the store once; it never changes)."""
         self.draining: dict[str, bool] = {}
         """Job id -> nodes the controller has ended still run (seen at the job's last tick)."""
 
@@ -256,6 +258,8 @@ class Driver:
         """The market the controller saw of the job's zones in the week before its submit: built at
         the job's first look (``build``: the job has not ended), then kept with the job (a restarted
         controller reads the same)."""
+        if job.id in self._market_logs:
+            return self._market_logs[job.id]
         watch = ZoneWatch(self.store)
         kept = watch.job_log(job.id)
         if kept is None and zones and build:
@@ -265,7 +269,10 @@ class Driver:
             built = market_log_from(spans, names, spec.resources.min_nodes, job.submitted_at)
             watch.set_job_log(job.id, built.to_dict())
             kept = watch.job_log(job.id)
-        return MarketLog.from_dict(kept) if kept is not None else None
+        if kept is None:
+            return None
+        self._market_logs[job.id] = MarketLog.from_dict(kept)
+        return self._market_logs[job.id]
 
     # --- 2. apply: the engine's new state in one transaction; then its effects --------------------
     def _apply(

@@ -61,7 +61,8 @@ class PlanAheadPolicy(MarketPolicy):
     def decide_batch(self, b: MarketBatch) -> tuple[IntArray, IntArray]:
         n = b.elapsed_h.shape[0]
         rows = np.arange(n)
-        loss, recovery, share = self.zone_rates(b)
+        seen_h = _Seen.of(b)
+        loss, recovery, share = self.zone_rates(b, seen_h)
         # a ride keeps its zone while it has capacity, unless the ride has run the slack down to one
         # fallback launch and a tick: an elastic job on fewer nodes (and pausing at each resize) loses
         # slack while it rides, and would miss the deadline if it rode on; a full ride never gets there
@@ -81,7 +82,6 @@ class PlanAheadPolicy(MarketPolicy):
         ride_loss = loss[rows, ride_zone]
         others_down = np.where(np.arange(loss.shape[1])[None, :] == ride_zone[:, None], 1.0, 1.0 - share)
         failover = 1.0 - np.prod(others_down, axis=1)
-        seen_h = _Seen.of(b)
         p_any = (seen_h.any_h + 0.5 * self.prior_cycle_h) / (seen_h.observed_h + self.prior_cycle_h)
         seen = ride_loss * (1.0 - failover) * p_any / np.maximum(1.0 - p_any, 1e-6)
         any_recovery = np.minimum(recovery.sum(axis=1), seen)
@@ -111,10 +111,13 @@ class PlanAheadPolicy(MarketPolicy):
         spot = riding | (any_up & (planned == Action.SPOT) & ~od)
         return choose_actions(n, od, spot, zone)
 
-    def zone_rates(self, b: MarketBatch) -> tuple[FloatArray, FloatArray, FloatArray]:
+    def zone_rates(
+        self, b: MarketBatch, seen: _Seen | None = None
+    ) -> tuple[FloatArray, FloatArray, FloatArray]:
         """Per row and zone: rate (per hour) of losing spot, of getting it back (for a zone down now:
-        this outage's, given its age), and the zone's time share with spot."""
-        seen = _Seen.of(b)
+        this outage's, given its age), and the zone's time share with spot. ``seen``: the hours
+        learned from (default: :meth:`_Seen.of` ``b``)."""
+        seen = seen or _Seen.of(b)
         up_h = seen.available_h
         down_h = np.maximum(seen.observed_h[:, None] - up_h, 0.0)
         ended_up = np.maximum(seen.up_runs - b.spot_available, 0.0)
