@@ -6,7 +6,8 @@ job starts with what the market did in the week before it (its daily cycle above
 capacity (``zone_watch``): :meth:`ZoneWatch.record` extends a zone's newest span when the capacity
 is the same and the span ended at most :data:`MAX_GAP_S` ago, else begins a new one (at the old
 one's end when it was contiguous, so a change leaves no hole; after a longer gap, nobody watched).
-Spans that ended more than :data:`KEEP_S` ago are dropped.
+A zone's spans that ended more than :data:`KEEP_S` ago are dropped when it is recorded again (a zone
+no job watches any more keeps its last week, a few rows).
 
 A job's own log is built from these spans once, at its first look at the market, and kept with the
 job (``job_market_logs``): a restarted controller gives the job the same log, so it decides the same
@@ -67,7 +68,8 @@ class ZoneWatch:
                     "INSERT INTO zone_watch (zone, begin, end, capacity) VALUES (?, ?, ?, ?)",
                     (zone, begin, t, capacity),
                 )
-            conn.execute("DELETE FROM zone_watch WHERE end < ?", (t - KEEP_S,))
+            for zone in capacities:  # by the (zone, end) index: no scan of the whole log at every tick
+                conn.execute("DELETE FROM zone_watch WHERE zone = ? AND end < ?", (zone, t - KEEP_S))
 
     def spans(self, zones: Sequence[str], since: datetime, until: datetime) -> list[WatchedSpan]:
         """The spans of ``zones`` that overlap [since, until), oldest first."""
