@@ -65,7 +65,9 @@ write_config() {
     mem=$(( $(awk '/MemTotal/ {print $2}' /proc/meminfo) / 1024 / 2 ))
     (( mem < 4096 )) && mem=4096
     mkdir -p "$dir"/{etc,munge,state,spool,log,run,dev}
-    chmod 700 "$dir/munge"
+    # Any local user may submit (as on a real cluster): the munge socket is reachable through its
+    # folder (not listable), the key in it is root's alone (0400).
+    chmod 711 "$dir/munge"
     echo "AutoDetect=off" >"$dir/etc/gres.conf"
     for name in $(node_names); do
         for k in 0 1 2 3; do

@@ -101,6 +101,7 @@ def test_slurm_status_validates(schema: dict[str, Any], monkeypatch: pytest.Monk
                                  ("squeue-22.05-node-down.json", "6", "RECOVERING")]:  # fmt: skip
         text = (SLURM_DATA / capture).read_text()
         monkeypatch.setattr(commands, "run_slurm", lambda argv, text=text: text)
+        monkeypatch.setattr(commands, "submitting_user", lambda: (0, "root"))  # the captures' owner
         found = status_from_slurm(name, SlurmClusterConfig())
         doc = valid(slurm_document(found, NOW).as_json(), schema)
         assert doc["backend"] == "slurm" and doc["state"] == state and "failure_reason" in doc

@@ -1,7 +1,8 @@
 """SlurmBackend: one sbatch job per attempt; state comes from slurmctld, never from memory.
 
-The job is found again by its name (``gpuctl-<job id>``) and comment (``gpuctl:<job id>:<attempt>``);
-the job's folder by the job's output path.
+The job is found again by its name (``gpuctl-<job id>``) and comment (``gpuctl:<job id>:<attempt>``)
+among the jobs of the user gpuctl runs as (``commands`` drops every other user's: anyone may submit a
+job with the same name and comment); the job's folder by the job's output path.
 
 Two modes:
 

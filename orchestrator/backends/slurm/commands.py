@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import pwd
+import secrets
 import subprocess
 from collections.abc import Mapping, Sequence
 
@@ -10,8 +12,8 @@ from orchestrator.backends.slurm.parse import (
     SACCT_FIELDS,
     SlurmJob,
     json_errors,
+    owned_by,
     parse_sacct,
-    parse_scontrol_job,
     parse_squeue_json,
 )
 from orchestrator.errors import EnvironmentProblem, TemporaryError, UserError
@@ -97,9 +99,28 @@ def submit(sbatch_args: Sequence[str], script: str, extra_env: Mapping[str, str]
     return int(out.strip().split(";")[0])
 
 
+def submitting_user() -> tuple[int, str]:
+    """This process's uid and user name: the owner of the jobs it submits (sbatch's munge credential
+    carries the effective uid); the name is ``""`` when the uid has no passwd entry here."""
+    uid = os.geteuid()
+    try:
+        return uid, pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return uid, ""
+
+
+def _user_filter() -> list[str]:
+    """``--user=UID`` for squeue/sacct, so SLURM leaves other users' jobs out where it can (squeue
+    22.05 ignores it with ``--json``); none for a uid without a passwd entry, which they refuse.
+    The callers check each job's owner themselves all the same."""
+    uid, name = submitting_user()
+    return [f"--user={uid}"] if name else []
+
+
 def list_jobs() -> list[SlurmJob]:
-    """All jobs slurmctld still remembers (finished ones for MinJobAge)."""
-    argv = ["squeue", "--states=all", "--json"]
+    """This user's jobs that slurmctld still remembers (finished ones for MinJobAge); other users'
+    jobs, whatever their name and comment, are left out."""
+    argv = ["squeue", "--states=all", "--json", *_user_filter()]
     out = run_slurm(argv)
     try:
         errors = json_errors(out)
@@ -107,28 +128,28 @@ def list_jobs() -> list[SlurmJob]:
         raise slurm_error(argv, f"unreadable output ({exc})") from exc
     if errors:  # squeue --json exits 0 even when slurmctld did not answer
         raise slurm_error(argv, "; ".join(errors))
-    return parse_squeue_json(out)
+    return owned_by(parse_squeue_json(out), *submitting_user())
 
 
 def accounting_jobs(name: str) -> list[SlurmJob]:
-    """Every run of the jobs named ``name`` that slurmdbd recorded (``sacct``), oldest first; ``[]``
-    when the cluster keeps no accounting. Used once slurmctld has forgotten a job (``MinJobAge``)."""
-    argv = ["sacct", "--allusers", "--allocations", "--duplicates", "--parsable2", "--noheader",
-            "--starttime=1970-01-01", f"--name={name}", f"--format={SACCT_FIELDS}"]  # fmt: skip
+    """Every run of this user's jobs named ``name`` that slurmdbd recorded (``sacct``), oldest first;
+    ``[]`` when the cluster keeps no accounting. Used once slurmctld has forgotten a job (``MinJobAge``).
+    The field delimiter is new at each call, so no comment (sacct prints its newlines) can forge a row."""
+    delimiter = f"|{secrets.token_hex(8)}|"
+    argv = ["sacct", *_user_filter(), "--allocations", "--duplicates", "--parsable2", "--noheader",
+            f"--delimiter={delimiter}", "--starttime=1970-01-01", f"--name={name}",
+            f"--format={SACCT_FIELDS}"]  # fmt: skip
     out = run_slurm(argv)
     if "accounting storage is disabled" in out:
         return []
-    return parse_sacct(out)
+    return owned_by(parse_sacct(out, delimiter), *submitting_user())
 
 
 def show_job(slurm_id: int) -> SlurmJob | None:
-    try:
-        out = run_slurm(["scontrol", "show", "job", "-o", str(slurm_id)])
-    except TemporaryError as err:
-        if "Invalid job id" in err.what:
-            return None
-        raise
-    return parse_scontrol_job(out.strip().splitlines()[0]) if out.strip() else None
+    """One of this user's jobs by its SLURM id (from squeue's JSON: ``scontrol show job`` text has no
+    owner that a job's name or comment could not forge); ``None`` when slurmctld has no such job of
+    this user."""
+    return next((job for job in list_jobs() if job.job_id == slurm_id), None)
 
 
 def cancel(slurm_id: int, signal: str | None = None, batch_only: bool = False) -> None:

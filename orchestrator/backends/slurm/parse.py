@@ -1,4 +1,5 @@
-"""Parsing ``squeue --json`` and ``scontrol show job -o`` output, and SLURM job states -> gpuctl's.
+"""Parsing ``squeue --json``, ``sacct`` and ``scontrol show job -o`` output, and SLURM job states ->
+gpuctl's. Each job keeps its owner (``user_id``): gpuctl takes only its own user's jobs for its own.
 
 ``squeue --json`` changed shape across SLURM releases (22.05: plain values; 23.02+: ``job_state`` as
 a list, times and exit codes as ``{"set": ..., "number": ...}`` objects); both shapes are read.
@@ -36,6 +37,17 @@ class SlurmJob:
     comment: str = ""
     gres: str = ""
     stdout: str = ""
+    user_id: int | None = None
+    """The submitting user's numeric uid (squeue ``user_id``, sacct ``UID``); ``None`` when not given."""
+    user_name: str = ""
+    """The submitting user's name (squeue ``user_name``, sacct ``User``)."""
+
+    def owned_by(self, uid: int, name: str) -> bool:
+        """Whether the user ``uid`` (named ``name``) submitted this job: by uid when SLURM gave one,
+        else by name; a job with neither is nobody's."""
+        if self.user_id is not None:
+            return self.user_id == uid
+        return bool(self.user_name) and self.user_name == name
 
     @property
     def finished(self) -> bool:
@@ -129,25 +141,38 @@ def parse_squeue_json(text: str) -> list[SlurmJob]:
                 comment=str(raw.get("comment") or ""),
                 gres=str(raw.get("tres_per_node") or ""),
                 stdout=str(raw.get("standard_output") or ""),
+                user_id=_number(raw.get("user_id")),
+                user_name=str(raw.get("user_name") or ""),
             )
         )
     return jobs
 
 
+def owned_by(jobs: list[SlurmJob], uid: int, name: str) -> list[SlurmJob]:
+    """The jobs the user ``uid`` submitted. ``squeue --json`` and ``sacct`` list every user's jobs
+    (unless the cluster sets ``PrivateData=jobs``), and a job's name and comment are whatever its
+    submitter chose: only the owner tells gpuctl's jobs from another user's copies."""
+    return [job for job in jobs if job.owned_by(uid, name)]
+
+
 SACCT_FIELDS = (
-    "JobIDRaw,JobName,State,ExitCode,Submit,Start,End,Partition,NNodes,NodeList,Comment,AllocTRES,WorkDir"
+    "JobIDRaw,JobName,State,ExitCode,Submit,Start,End,Partition,NNodes,NodeList,Comment,AllocTRES,WorkDir,"
+    "UID,User"
 )
 """``sacct --parsable2 --format`` fields, in order (22.05 has no StdOut field: the job's folder is its
 WorkDir, since gpuctl submits with ``--chdir``)."""
 
 
-def parse_sacct(text: str) -> list[SlurmJob]:
-    """``sacct -X -D -P -n --format=SACCT_FIELDS`` lines: one per run, a requeued job's earlier runs
-    first (they become ``restarts`` 0, 1, ...). ``stdout`` is the attempt's log in the WorkDir."""
+def parse_sacct(text: str, delimiter: str = "|") -> list[SlurmJob]:
+    """``sacct -X -D -P -n --delimiter=DELIMITER --format=SACCT_FIELDS`` lines: one per run, a requeued
+    job's earlier runs first (they become ``restarts`` 0, 1, ...). ``stdout`` is the attempt's log in
+    the WorkDir. sacct prints comments and folders as they are, newlines included, so a line is a row
+    only with exactly one field per name: give a ``delimiter`` no submitter can know in advance and a
+    comment cannot forge a row."""
     runs: dict[int, int] = {}
     jobs = []
     for line in text.splitlines():
-        parts = line.split("|")
+        parts = line.split(delimiter)
         if len(parts) != len(SACCT_FIELDS.split(",")) or not parts[0].isdigit():
             continue
         (
@@ -164,6 +189,8 @@ def parse_sacct(text: str) -> list[SlurmJob]:
             comment,
             tres,
             workdir,
+            uid,
+            user,
         ) = parts
         job_id = int(raw_id)
         restarts = runs.get(job_id, -1) + 1
@@ -190,6 +217,8 @@ def parse_sacct(text: str) -> list[SlurmJob]:
                 comment=comment,
                 gres=_gres_per_node(tres, node_count),
                 stdout=f"{workdir}/slurm-attempt-{attempt}.out" if workdir else "",
+                user_id=int(uid) if uid.isdigit() else None,
+                user_name=user,
             )
         )
     return jobs
@@ -225,7 +254,8 @@ def _scontrol_time(text: str) -> datetime | None:
 
 
 def parse_scontrol_job(line: str) -> SlurmJob:
-    """One line of ``scontrol show job -o ID``."""
+    """One line of ``scontrol show job -o ID``. No owner: a job name or comment holding
+    `` UserId=...`` text would pass for it, so gpuctl reads jobs (and their owners) from squeue's JSON."""
     kv = parse_scontrol_pairs(line)
     code, _, signal = kv.get("ExitCode", "").partition(":")
     state = kv.get("JobState", "UNKNOWN")

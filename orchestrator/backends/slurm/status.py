@@ -129,18 +129,21 @@ def _matches(jobs: list[SlurmJob], name_or_id: str) -> list[SlurmJob]:
 
 
 def _live_or_recorded(name_or_id: str) -> tuple[list[SlurmJob], dict[int, list[Run]]]:
-    """The gpuctl job's SLURM jobs from slurmctld (a SLURM job id, a gpuctl job id or a job name: its
-    newest submission), else (forgotten after ``MinJobAge``) from slurmdbd: then each SLURM job's
+    """The gpuctl job's SLURM jobs (this user's only) from slurmctld (a SLURM job id, a gpuctl job id or
+    a job name: its newest submission), else (forgotten after ``MinJobAge``) from slurmdbd: then each SLURM job's
     runs come from its sacct rows, one per requeue."""
     live = commands.list_jobs()
     matches = _matches(live, name_or_id)
     if not matches:
         rows = commands.accounting_jobs(JOB_NAME_PREFIX + name_or_id) if not name_or_id.isdigit() else []
         if not rows:
+            uid, user = commands.submitting_user()
             raise NotFoundError(
-                f"no SLURM job '{name_or_id}' is known to slurmctld or its accounting",
-                "give the SLURM job id or the job name printed by `gpuctl sbatch`; without slurmdbd, "
-                "finished jobs are forgotten after the cluster's MinJobAge",
+                f"no SLURM job '{name_or_id}' of user {user or '?'} (uid {uid}) is known to slurmctld "
+                "or its accounting",
+                "give the SLURM job id or the job name printed by `gpuctl sbatch`, as the user who "
+                "submitted it (other users' jobs are never read); without slurmdbd, finished jobs are "
+                "forgotten after the cluster's MinJobAge",
             )
         latest = {row.job_id: row for row in rows}  # rows are oldest first: the newest run wins
         runs: dict[int, list[Run]] = {}

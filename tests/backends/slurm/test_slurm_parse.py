@@ -36,6 +36,7 @@ def test_squeue_json_2205_completed_failed_cancelled() -> None:
     assert (done.state, done.restarts, done.exit_code, done.comment) == ("COMPLETED", 1, 0, "gpuctl:sj2:1")
     assert done.gres == "gres:gpu:fake:2" and done.gpus_per_node == 2 and done.gres_type == "fake"
     assert done.stdout == "/tmp/sj2/slurm-attempt-1.out" and done.finished
+    assert (done.user_id, done.user_name) == (0, "root")
     assert done.start_time is not None and done.end_time is not None and done.start_time < done.end_time
     assert (failed.state, failed.exit_code, failed.exit_signal) == ("FAILED", 3, None)
     assert (cancelled.state, cancelled.exit_signal) == ("CANCELLED", 15)
@@ -184,6 +185,7 @@ def test_sacct_rows_are_runs_and_a_requeue_counts_restarts() -> None:
     assert completed.end_time == local_time("2026-11-23T13:42:28")
     assert completed.gres == "gpu:fake:2" and completed.gpus_per_node == 2 and completed.gres_type == "fake"
     assert completed.stdout == "/tmp/devc/slurm-attempt-2.out"  # the WorkDir is the job folder
+    assert (completed.user_id, completed.user_name) == (0, "root")
     assert attempt_of(failed) == 3 and (failed.state, failed.exit_code) == ("FAILED", 3)
     assert map_state(failed).phase is NodePhase.FAILED
 
