@@ -8,6 +8,7 @@ Layers (imports only point down; enforced by import-linter, see pyproject.toml):
   catalog, state
   spec | runtime | monitor runtime: imported by training scripts; monitor: the sidecar; neither
                            imports anything above errors/contract (a training image needs no controller)
+  userfiles                the one reader of input files and YAML (limits, one-line errors)
   errors, contract, extras, home
 """
 

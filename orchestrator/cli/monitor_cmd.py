@@ -94,9 +94,23 @@ def _fill_from_job(args: argparse.Namespace) -> None:
         args.gpu_type = segments[-1].gpu_type
 
 
+def _check_named_files(args: argparse.Namespace) -> None:
+    """The files named on the command line are readable UTF-8 text files: else one error that names
+    the file (a job's own files are the readers' to judge, record by record)."""
+    from orchestrator.userfiles import check_text_file
+
+    if args.summaries is not None:
+        check_text_file(
+            args.summaries, "monitor summary file", "give --summaries a monitor-summary.jsonl file"
+        )
+    if args.progress is not None:
+        check_text_file(args.progress, "progress file", "give --progress a job's progress.jsonl file")
+
+
 def run_diagnose(args: argparse.Namespace) -> int:
     from orchestrator.monitor.diagnosis import diagnose, diagnose_files, read_step_timings
 
+    _check_named_files(args)
     if args.job:
         _fill_from_job(args)
     memory = args.gpu_memory_gib

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import unicodedata
 from datetime import UTC
 from typing import Any
 
@@ -17,6 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from orchestrator.costs.report import SUMMED, Report, ReportRow
+from orchestrator.terminal import terminal_text
 
 COLUMNS = [
     "name",
@@ -67,13 +69,35 @@ def to_json(report: Report) -> str:
     return json.dumps(doc, indent=2)
 
 
-FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
-"""What a spreadsheet reads as the start of a formula (OWASP "CSV injection")."""
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r", "|", "%")
+"""What a spreadsheet reads as the start of a formula (OWASP "CSV injection"; ``|`` and ``%``: DDE
+and macros in some spreadsheets)."""
+
+
+def looks_like_formula(text: str) -> bool:
+    """Whether a spreadsheet could run ``text`` as a formula: its first character is a formula start
+    once look-alikes are folded (NFKC: a full-width ``＝`` is ``=``) and leading white space and
+    invisible characters are skipped (a spreadsheet skips them too: `` =1+1`` is a formula)."""
+    folded = _skip_leading(unicodedata.normalize("NFKC", text))
+    return text.startswith(FORMULA_STARTS) or folded.startswith(FORMULA_STARTS) or folded[:1] in _MINUS_SIGNS
+
+
+_MINUS_SIGNS = frozenset("\u2212\u2796")
+"""Minus signs that NFKC keeps (U+2212 MINUS SIGN, U+2796 HEAVY MINUS SIGN)."""
+
+
+def _skip_leading(text: str) -> str:
+    """``text`` without its leading white space, control and format characters (tab, NUL, U+200B)."""
+    start = 0
+    while start < len(text) and (text[start].isspace() or unicodedata.category(text[start]) in ("Cc", "Cf")):
+        start += 1
+    return text[start:]
 
 
 def _csv_value(value: Any) -> str:
     """A CSV cell: numbers as numbers (a negative one too); a text cell that a spreadsheet would run
-    as a formula (a team named ``=HYPERLINK(...)``) gets a leading single quote, shown as text."""
+    as a formula (a team named ``=HYPERLINK(...)``, `` =1``, ``＝1``) gets a leading single quote,
+    shown as text."""
     if value is None:
         return ""
     if isinstance(value, float):
@@ -81,7 +105,7 @@ def _csv_value(value: Any) -> str:
     if isinstance(value, int):
         return str(value)
     text = str(value)
-    return "'" + text if text.startswith(FORMULA_STARTS) else text
+    return "'" + text if looks_like_formula(text) else text
 
 
 def to_csv(report: Report) -> str:
@@ -109,7 +133,7 @@ def _pct(x: float | None) -> str:
 def table_cells(row: ReportRow) -> list[str]:
     f = row_fields(row)
     return [
-        row.name,
+        terminal_text(row.name),  # a job id, user or team: written by users, shown on a terminal
         str(row.jobs),
         _num(f["gpuHours"]),
         _usd(f["totalCost"]),
@@ -165,5 +189,5 @@ def to_table(report: Report, limit: int | None = TABLE_ROWS) -> Table:
                 setattr(other, name, getattr(other, name) + getattr(row, name))
         table.add_row(*map(Text, table_cells(other)), style="dim")
     if report.notes:
-        table.caption = Text("; ".join(report.notes), style="table.caption")
+        table.caption = Text(terminal_text("; ".join(report.notes)), style="table.caption")
     return table

@@ -21,7 +21,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator.errors import NotFoundError, UserError
+from orchestrator.errors import UserError
+from orchestrator.userfiles import text_lines
 
 
 @dataclass(frozen=True)
@@ -90,24 +91,21 @@ class GpuSample:
 def read_sample_ticks(path: str | Path) -> Iterator[list[GpuSample]]:
     """Yield the samples of a replay file grouped by tick (consecutive lines with the same time)."""
     file = Path(path)
-    if not file.is_file():
-        raise NotFoundError(f"replay file {file} does not exist", "give the path of a JSON-lines sample file")
     tick: list[GpuSample] = []
-    with file.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                sample = GpuSample.from_dict(json.loads(line))
-            except (ValueError, KeyError, TypeError) as exc:
-                raise UserError(
-                    f"{file}:{number}: not a valid GPU sample ({exc.__class__.__name__}: {exc})",
-                    "each line must be one JSON object as described in docs/monitor.md",
-                ) from exc
-            if tick and sample.time != tick[0].time:
-                yield tick
-                tick = []
-            tick.append(sample)
+    for number, line in text_lines(file, "replay file", "give the path of a JSON-lines sample file"):
+        if not line.strip():
+            continue
+        try:
+            sample = GpuSample.from_dict(json.loads(line))
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:
+            raise UserError(
+                f"{file}:{number}: not a valid GPU sample ({exc.__class__.__name__}: {exc})",
+                "each line must be one JSON object as described in docs/monitor.md",
+            ) from exc
+        if tick and sample.time != tick[0].time:
+            yield tick
+            tick = []
+        tick.append(sample)
     if tick:
         yield tick
 

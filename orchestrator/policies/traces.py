@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import NDArray
 
-from orchestrator.errors import NotFoundError, UserError
+from orchestrator.errors import UserError
+from orchestrator.userfiles import MAX_DATA_BYTES, read_text
 
 _FIX = 'write one JSON object {"metadata": {"gap_seconds": N}, "data": [count, ...]} per zone'
 
@@ -52,11 +53,10 @@ def _zone_name(path: Path) -> str:
 def read_trace_file(path: Path | str) -> tuple[float, NDArray[np.int64]]:
     """(tick hours, counts) of one trace file; a clear :class:`UserError` when it is malformed."""
     p = Path(path)
-    if not p.is_file():
-        raise NotFoundError(f"trace file {p} does not exist", "check the --trace path")
+    text = read_text(p, "trace file", "check the --trace path", MAX_DATA_BYTES)
     try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        doc = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
         raise UserError(f"trace {p} is not valid JSON ({exc})", _FIX) from exc
     if not isinstance(doc, dict) or "data" not in doc or "metadata" not in doc:
         raise UserError(f"trace {p} lacks 'metadata' or 'data'", _FIX)

@@ -2,10 +2,10 @@
 
 Each problem names the field path (``resources.nodes.min``), the YAML line where known, what is
 wrong and how to fix it. No traceback reaches the user for bad input, and no input makes loading
-slow or its message long: the file is at most :data:`MAX_FILE_BYTES`, UTF-8, without YAML aliases
-(``*name``: a few bytes of them expand to gigabytes), at most :data:`MAX_DEPTH` levels deep and
-:data:`MAX_VALUES` values; quoted values are cut short and at most :data:`MAX_PROBLEMS` problems are
-listed.
+slow or its message long: the file is read and parsed by :mod:`orchestrator.userfiles`, the one
+reader of gpuctl's input files (at most :data:`MAX_FILE_BYTES`, UTF-8, a regular file, without YAML
+aliases, with bounded depth and number of values, no key twice); quoted
+values are cut short and at most :data:`MAX_PROBLEMS` problems are listed.
 """
 
 from __future__ import annotations
@@ -20,41 +20,37 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from orchestrator.errors import NotFoundError, SpecError
+from orchestrator.errors import SpecError
 from orchestrator.spec.durations import parse_deadline
 from orchestrator.spec.env import REFERENCE_MODELS
 from orchestrator.spec.limits import shown
 from orchestrator.spec.model import JobSpec
+from orchestrator.userfiles import (
+    MAX_YAML_BYTES,
+    ContentError,
+    compose_yaml,
+    read_text,
+)
 
 Path_ = tuple[str | int, ...]
 
-MAX_FILE_BYTES = 1 << 20
+MAX_FILE_BYTES = MAX_YAML_BYTES
 """A job file is a few hundred bytes; 1 MiB leaves room for long commands and many env values."""
-MAX_DEPTH = 32
-"""Nesting of YAML mappings and lists; a job spec needs 4."""
-MAX_VALUES = 20_000
-"""Keys, values and list items in one file (keeps loading well under a second)."""
 MAX_PROBLEMS = 20
 _MAX_ERRORS_READ = 200
 
-_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when installed: 20x faster
+_GIVE_A_JOB_FILE = "give the path of a job file, e.g. examples/quickstart/job.yaml"
+_KEEP_DATA_OUT = "keep data out of the job file (read it from a file in workdir)"
 
 
 def load_spec_file(path: str | Path, now: datetime | None = None) -> JobSpec:
     """Read and validate a job file. ``workdir`` is resolved relative to the file's folder."""
     file = Path(path)
-    if not file.is_file():
-        raise NotFoundError(
-            f"job file '{path}' does not exist", "check the path, e.g. examples/quickstart/job.yaml"
-        )
-    size = file.stat().st_size
-    if size > MAX_FILE_BYTES:
-        raise SpecError(str(path), [_too_big(size)])
-    with file.open("rb") as fh:
-        raw = fh.read(MAX_FILE_BYTES + 1)
-    if len(raw) > MAX_FILE_BYTES:
-        raise SpecError(str(path), [_too_big(len(raw))])
-    spec = load_spec_text(_decode(raw, str(path)), source=str(path), now=now)
+    try:
+        text = read_text(path, "job file", _GIVE_A_JOB_FILE, MAX_FILE_BYTES, _KEEP_DATA_OUT)
+    except ContentError as exc:  # too large, not UTF-8: a problem of the spec, listed as one
+        raise SpecError(str(path), [exc.detail]) from None
+    spec = load_spec_text(text, source=str(path), now=now)
     workdir = Path(spec.workdir)
     if not workdir.is_absolute():
         workdir = (file.resolve().parent / workdir).resolve()
@@ -66,9 +62,10 @@ def load_spec_file(path: str | Path, now: datetime | None = None) -> JobSpec:
 
 
 def load_spec_text(text: str, source: str = "<job spec>", now: datetime | None = None) -> JobSpec:
-    if len(text) > MAX_FILE_BYTES:
-        raise SpecError(source, [_too_big(len(text.encode("utf-8", "replace")))])
-    root, data = _parse_yaml(text, source)
+    try:
+        root, data = compose_yaml(text, source, data_fix=_KEEP_DATA_OUT)
+    except ContentError as exc:
+        raise SpecError(source, [exc.detail]) from None
     if not isinstance(data, dict):
         raise SpecError(
             source,
@@ -100,91 +97,6 @@ def spec_from_json(text: str, source: str = "stored job spec") -> JobSpec:
         return JobSpec.model_validate(data)
     except ValidationError as exc:
         raise SpecError(source, _problems(exc, {})) from None
-
-
-def _too_big(size: int) -> str:
-    return (
-        f"the job spec is {size} bytes, more than the {MAX_FILE_BYTES} bytes (1 MiB) allowed. "
-        "To fix: keep data out of the job file (read it from a file in workdir)"
-    )
-
-
-def _decode(raw: bytes, source: str) -> str:
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
-        raise SpecError(
-            source,
-            [
-                f"the file is not UTF-8 text (byte 0x{raw[exc.start]:02x} on line {line}). "
-                "To fix: save it as UTF-8"
-            ],
-        ) from None
-
-
-def _parse_yaml(text: str, source: str) -> tuple[yaml.Node | None, Any]:
-    """The node tree (for line numbers) and the data, after checking the events for aliases and depth."""
-    try:
-        _check_events(text, source)
-        root = yaml.compose(text, Loader=_Loader)
-        data = None if root is None else _Loader("").construct_document(root)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        if "nesting depth" in problem:  # libyaml >= 0.2.6 stops deep nesting itself, before our count
-            raise SpecError(source, [_too_deep(f" (line {mark.line + 1})" if mark else "")]) from None
-        raise SpecError(
-            source, [f"malformed YAML{where}: {_brief(problem)}. To fix: check indentation and quoting"]
-        ) from None
-    except (ValueError, OverflowError) as exc:  # a date such as 2026-13-45, an int of 5000 digits
-        raise SpecError(
-            source,
-            [
-                f"a value cannot be read ({_brief(str(exc))}). To fix: quote it to make it a string, or correct it"
-            ],
-        ) from None
-    return root, data
-
-
-def _check_events(text: str, source: str) -> None:
-    depth = 0
-    for count, event in enumerate(yaml.parse(text, Loader=_Loader)):
-        if count > MAX_VALUES:
-            raise SpecError(
-                source,
-                [
-                    f"more than {MAX_VALUES} keys, values and list items{_at(event)}. "
-                    "To fix: keep data out of the job file (read it from a file in workdir)"
-                ],
-            )
-        if isinstance(event, yaml.AliasEvent):
-            raise SpecError(
-                source,
-                [
-                    f"YAML alias *{shown(event.anchor)[1:-1]}{_at(event)}: aliases are "
-                    "not allowed in job files. To fix: write the value out instead of '&anchor' and '*alias'"
-                ],
-            )
-        if isinstance(event, yaml.CollectionStartEvent):
-            depth += 1
-            if depth > MAX_DEPTH:
-                raise SpecError(source, [_too_deep(_at(event))])
-        elif isinstance(event, yaml.CollectionEndEvent):
-            depth -= 1
-
-
-def _too_deep(where: str) -> str:
-    return (
-        f"nesting deeper than {MAX_DEPTH} levels{where}. "
-        "To fix: a job spec needs only a few levels; check the brackets and indentation"
-    )
-
-
-def _at(event: yaml.Event) -> str:
-    mark = event.start_mark
-    return f" (line {mark.line + 1})" if mark is not None else ""
 
 
 def _problems(exc: ValidationError, lines: dict[Path_, int]) -> list[str]:

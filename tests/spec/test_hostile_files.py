@@ -74,14 +74,14 @@ HOSTILE = [
     (
         "alias bomb",
         _alias_bomb(),
-        "YAML alias *a (line 4): aliases are not allowed in job files. "
+        "YAML alias *a (line 4): aliases are not allowed in gpuctl's files. "
         "To fix: write the value out instead of '&anchor' and '*alias'",
     ),
     (
         "deep nesting",
         OK + b"labels: " + b"[" * 100_000 + b"]" * 100_000 + b"\n",
         "nesting deeper than 32 levels (line 3). "
-        "To fix: a job spec needs only a few levels; check the brackets and indentation",
+        "To fix: check the brackets and indentation (gpuctl's files need only a few levels)",
     ),
     (
         "not UTF-8",
@@ -91,7 +91,7 @@ HOSTILE = [
     (
         "oversized file",
         OK + b"setup: '" + b"x" * (1 << 20) + b"'\n",
-        "the job spec is 1048612 bytes, more than the 1048576 bytes (1 MiB) allowed. "
+        "the file is 1048612 bytes, more than the 1048576 bytes (1 MiB) allowed. "
         "To fix: keep data out of the job file (read it from a file in workdir)",
     ),
     (

@@ -17,12 +17,12 @@ import os
 from pathlib import Path
 from typing import Annotated
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from orchestrator.catalog.offers import MarketKind
-from orchestrator.errors import NotFoundError, UserError
+from orchestrator.errors import UserError
 from orchestrator.home import home_dir
+from orchestrator.userfiles import load_yaml, read_optional_text, read_text
 
 CONFIG_ENV = "GPUCTL_SLURM_CONFIG"
 
@@ -65,17 +65,18 @@ def load_cluster_config(path: str | Path | None = None) -> SlurmClusterConfig:
     """Read the cluster config; a missing default file means "all defaults", a missing named one errs."""
     explicit = path is not None or bool(os.environ.get(CONFIG_ENV))
     file = Path(path) if path is not None else default_config_path()
-    if not file.exists():
-        if explicit:
-            raise NotFoundError(
-                f"SLURM cluster config {file} does not exist",
-                "create it (see docs/slurm.md) or leave out --cluster-config / GPUCTL_SLURM_CONFIG",
-            )
+    fix = "give the path of a cluster config file (see docs/slurm.md), or leave out --cluster-config / GPUCTL_SLURM_CONFIG"
+    text = (
+        read_text(file, "SLURM cluster config", fix)
+        if explicit
+        else read_optional_text(file, "SLURM cluster config", fix)
+    )
+    if text is None:
         return SlurmClusterConfig()
+    data = load_yaml(text, f"SLURM cluster config {file}") or {}
     try:
-        data = yaml.safe_load(file.read_text(encoding="utf-8")) or {}
         return SlurmClusterConfig.model_validate(data)
-    except (yaml.YAMLError, ValidationError) as exc:
+    except ValidationError as exc:
         raise UserError(
             f"SLURM cluster config {file} is invalid: {exc}",
             "fix the file; keys: gres_types, partitions, qos, prices_usd_per_gpu_hour, time_limit, launcher",
