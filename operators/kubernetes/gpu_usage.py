@@ -112,8 +112,8 @@ class MonitorLedger:
             if record.get("kind") != WINDOW_KIND:
                 continue
             try:
+                window = usage_window(monitor, record)  # checks every field first (contract.window_summary)
                 end = float(record["end"])
-                window = usage_window(monitor, record)
             except (KeyError, TypeError, ValueError) as exc:
                 log.warning("monitor %s: skipping a malformed window summary (%s)", monitor, exc)
                 continue

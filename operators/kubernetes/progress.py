@@ -29,12 +29,15 @@ _STEP_KEYS = (("step", "step"), ("total_steps", "totalSteps"), ("loss", "loss"),
 
 
 def progress_records(log_text: str) -> list[dict[str, Any]]:
-    """The progress records printed in a monitor log (its other lines are skipped)."""
+    """The valid progress records printed in a monitor log (its other lines, and records that are not
+    valid, are skipped: :func:`orchestrator.contract.parse_progress_records`)."""
     prefix = PROGRESS_LINE_PREFIX.strip()
     found = [
         line.strip().removeprefix(prefix) for line in log_text.splitlines() if line.strip().startswith(prefix)
     ]
-    return parse_progress_records("\n".join(found))
+    return [
+        dict(r.fields) for r in parse_progress_records("\n".join(found), "progress lines of a monitor log")
+    ]
 
 
 def record_time(record: Mapping[str, Any]) -> datetime | None:

@@ -7,6 +7,9 @@ a number of US dollars (rounded to 6 decimals). ``gpuctl spec status-schema`` pr
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
+from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
@@ -48,6 +51,8 @@ class SegmentDoc(_Part):
 
 
 class ProgressDoc(_Part):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
     step: int
     total_steps: int | None
     loss: float | None
@@ -183,7 +188,7 @@ def local_document(job: JobRecord, segments: list[SegmentRecord], progress: Prog
     now = now or datetime.now(UTC)
     waiting = state.waiting if state is not None and not job.status.terminal else None
     docs = [_record_segment(s, now) for s in segments]
-    metrics = summary.get("metrics") or (dict(progress.metrics) if progress and progress.metrics else None)
+    metrics = finite_metrics(summary.get("metrics")) or finite_metrics(progress.metrics if progress else None)
     return StatusDocument(
         id=job.id, name=job.name, user=job.user, team=job.team, backend=job.backend, state=job.status,
         failure_reason=job.failure_reason.value if job.failure_reason else None, message=job.message,
@@ -195,6 +200,19 @@ def local_document(job: JobRecord, segments: list[SegmentRecord], progress: Prog
         segments=docs, progress=_progress(progress), metrics=metrics, gpu_usage=gpu_usage,
         backend_details={},
     )  # fmt: skip
+
+
+def finite_metrics(metrics: Any) -> dict[str, Any] | None:
+    """The entries of stored metrics that strict JSON can carry as they are (strings, booleans, whole
+    numbers and finite numbers); None when there are none."""
+    if not isinstance(metrics, Mapping):
+        return None
+    kept = {str(k): v for k, v in metrics.items() if isinstance(v, str | int) or _finite(v)}
+    return kept or None
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, float) and math.isfinite(value)
 
 
 def _progress(progress: Progress | None) -> ProgressDoc | None:
@@ -263,9 +281,11 @@ def gpujob_usage(written: Any) -> GpuUsage | None:
     if not written:
         return None
     try:
-        return _GPU_USAGE.validate_python({"sm_activity_mean": None, **written})
+        usage = _GPU_USAGE.validate_python({"sm_activity_mean": None, **written})
     except ValidationError:
         return None
+    numbers = [v for v in asdict(usage).values() if isinstance(v, float)]
+    return usage if all(math.isfinite(v) for v in numbers) else None
 
 
 def gpujob_progress(written: Any) -> tuple[ProgressDoc | None, dict[str, Any] | None]:
@@ -282,8 +302,8 @@ def gpujob_progress(written: Any) -> tuple[ProgressDoc | None, dict[str, Any] | 
         )
     except (KeyError, ValidationError):
         return None, None
-    metrics = written.get("metrics")
-    return doc, dict(metrics) if written.get("finished") and isinstance(metrics, dict) and metrics else None
+    metrics = finite_metrics(written.get("metrics"))
+    return doc, metrics if written.get("finished") else None
 
 
 def kubernetes_document(obj: dict[str, Any], now: datetime | None = None) -> StatusDocument:

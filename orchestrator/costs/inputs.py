@@ -13,12 +13,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+from orchestrator.contract.fields import require_finite
 from orchestrator.costs.ledger import LostWork
 from orchestrator.costs.projection import costs_to_finish
-from orchestrator.errors import NotFoundError, UserError
+from orchestrator.errors import UserError
 from orchestrator.state.records import JobRecord, SegmentRecord
 from orchestrator.state.status import FailureReason, JobStatus
 from orchestrator.state.store import JobStore
+from orchestrator.userfiles import MAX_DATA_BYTES, read_text
 
 
 class LedgerSource(Protocol):
@@ -94,6 +96,7 @@ def _segment(row: dict[str, Any]) -> SegmentRecord:
 def inputs_from_json(text: str, source: str = "ledger export") -> ReportInputs:
     try:
         doc = json.loads(text)
+        require_finite(doc)  # NaN, Infinity or 1e400 would reach the report (and its JSON) as they are
         idle = doc.get("idle_gpu_hours")
         return ReportInputs(
             jobs=[_job(r) for r in doc.get("jobs", [])],
@@ -102,7 +105,7 @@ def inputs_from_json(text: str, source: str = "ledger export") -> ReportInputs:
             lost={str(k): LostWork(**v) for k, v in (doc.get("lost_work") or {}).items()},
             to_finish={str(k): float(v) for k, v in (doc.get("cost_to_finish_usd") or {}).items()},
         )
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError, OverflowError) as exc:
         raise UserError(
             f"{source}: not a gpuctl ledger export ({type(exc).__name__}: {exc})",
             "give a file written by gpuctl (keys: jobs, segments, idle_gpu_hours, lost_work)",
@@ -110,7 +113,7 @@ def inputs_from_json(text: str, source: str = "ledger export") -> ReportInputs:
 
 
 def read_inputs_file(path: Path | str) -> ReportInputs:
-    p = Path(path)
-    if not p.is_file():
-        raise NotFoundError(f"ledger export {p} does not exist", "check the path given to --input")
-    return inputs_from_json(p.read_text(encoding="utf-8"), str(p))
+    """``gpuctl cost report --input FILE``: a ledger export, read as :mod:`orchestrator.userfiles` reads
+    every input file (a regular UTF-8 file of at most 1 GiB)."""
+    fix = "give --input a ledger export written by gpuctl"
+    return inputs_from_json(read_text(path, "ledger export", fix, MAX_DATA_BYTES), str(path))

@@ -23,20 +23,20 @@ def lost_work_from_progress(path: Path) -> LostWork | None:
     lost = 0
     step_times: list[tuple[int, datetime]] = []
     gaps: list[float] = []
-    for doc in read_progress_records(path):
-        if doc.get("event") == RESUME_EVENT:
-            resumed = int(doc.get("step", 0))
+    for record in read_progress_records(path):
+        if record.event == RESUME_EVENT:
+            resumed = record.step or 0
             lost += max(0, reached - resumed)
             reached = resumed
             step_times.clear()
-        elif "event" not in doc and "step" in doc:
-            step = int(doc["step"])
-            reached = max(reached, step)
-            if "time" in doc:
-                moment = datetime.fromisoformat(str(doc["time"]))
-                if step_times and step == step_times[-1][0] + 1:
-                    gaps.append((moment - step_times[-1][1]).total_seconds())
-                step_times.append((step, moment))
+        elif record.is_step and record.step is not None:
+            reached = max(reached, record.step)
+            if record.time is not None:
+                if step_times and record.step == step_times[-1][0] + 1:
+                    gap = (record.time - step_times[-1][1]).total_seconds()
+                    if gap >= 0:  # a clock set back says nothing of the step time
+                        gaps.append(gap)
+                step_times.append((record.step, record.time))
     if lost == 0:
         return LostWork(steps=0)
     return LostWork(steps=lost, seconds_per_step=statistics.median(gaps) if gaps else None)

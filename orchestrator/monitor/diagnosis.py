@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.contract import read_progress_records
+from orchestrator.contract.fields import MAX_SECONDS
 from orchestrator.errors import NotFoundError, UserError
 from orchestrator.monitor.summary import read_summaries
 
@@ -266,10 +267,17 @@ def read_step_timings(path: str | Path) -> list[StepTiming]:
     """Per-step timings from a progress file: ``data_s``/``compute_s`` at the top or under ``metrics``."""
     steps = []
     for record in read_progress_records(path):
-        source = record if "data_s" in record else record.get("metrics") or {}
-        if isinstance(source, dict) and "data_s" in source and "compute_s" in source:
-            steps.append(StepTiming(float(source["data_s"]), float(source["compute_s"])))
+        if record.data_s is not None and record.compute_s is not None:
+            steps.append(StepTiming(record.data_s, record.compute_s))
+            continue
+        data, compute = record.metrics.get("data_s"), record.metrics.get("compute_s")
+        if data is not None and compute is not None and _seconds(data) and _seconds(compute):
+            steps.append(StepTiming(data, compute))
     return steps
+
+
+def _seconds(value: float) -> bool:
+    return 0.0 <= value <= MAX_SECONDS
 
 
 def diagnose_files(

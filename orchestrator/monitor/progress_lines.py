@@ -8,7 +8,8 @@ sidecar's log. Each poll prints the records appended since the last one, each as
 Cheap on the log: step records (one per training step) are coalesced to the newest, printed at most
 once per ``min_interval_s``; event records (``finished``, ``preempted``, ``resumed``, checkpoints) are
 printed as they come, after the newest step record before them, so the order holds. A partial last line
-(the writer is mid-append) waits for the next poll; a torn line is skipped (contract's parser); a file
+(the writer is mid-append) waits for the next poll; a torn line or an invalid record is skipped (the
+contract's parser: what is printed is strict JSON with typed fields); a file
 that shrank or was replaced is read again from its start; a sidecar (re)started on a large file reads
 only its last :data:`START_TAIL_BYTES`.
 """
@@ -18,10 +19,10 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TextIO
 
-from orchestrator.contract import PROGRESS_LINE_PREFIX, parse_progress_records
+from orchestrator.contract import PROGRESS_LINE_PREFIX, ProgressRecord, parse_progress_records
 
 START_TAIL_BYTES = 65536
 """How much of an existing file a starting follower reads (older records are history the operator saw)."""
@@ -29,8 +30,8 @@ MAX_READ_BYTES = 1 << 20
 """At most this much is read per poll (a burst of records is caught up over the next polls)."""
 
 
-def progress_line(record: dict[str, Any]) -> str:
-    return PROGRESS_LINE_PREFIX + json.dumps(record, separators=(",", ":"))
+def progress_line(record: Mapping[str, Any]) -> str:
+    return PROGRESS_LINE_PREFIX + json.dumps(record, separators=(",", ":"), allow_nan=False)
 
 
 class ProgressFollower:
@@ -46,7 +47,7 @@ class ProgressFollower:
         self.path, self.out, self.min_interval_s, self.clock = path, out, min_interval_s, clock
         self.offset: int | None = None  # None: not opened yet (start at the tail)
         self.inode: int | None = None
-        self.pending: dict[str, Any] | None = None
+        self.pending: ProgressRecord | None = None
         """The newest step record not printed yet."""
         self.last_printed_at: float | None = None
 
@@ -54,7 +55,7 @@ class ProgressFollower:
         """Print what is due of the records appended since the last poll; returns how many lines."""
         printed = 0
         for record in self._new_records():
-            if "event" not in record:
+            if record.event is None:
                 self.pending = record
                 continue
             printed += self._print_pending()
@@ -77,12 +78,12 @@ class ProgressFollower:
         self._print(record)
         return 1
 
-    def _print(self, record: dict[str, Any]) -> None:
-        self.out.write(progress_line(record) + "\n")
+    def _print(self, record: ProgressRecord) -> None:
+        self.out.write(progress_line(record.fields) + "\n")
         self.out.flush()
         self.last_printed_at = self.clock()
 
-    def _new_records(self) -> list[dict[str, Any]]:
+    def _new_records(self) -> list[ProgressRecord]:
         try:
             with open(self.path, "rb") as handle:
                 info = os.fstat(handle.fileno())
@@ -99,4 +100,4 @@ class ProgressFollower:
         if complete == 0 and len(data) == MAX_READ_BYTES:
             complete = len(data)  # one line longer than a read: skip it
         self.offset += complete
-        return parse_progress_records(data[:complete].decode("utf-8", "replace"))
+        return parse_progress_records(data[:complete], f"progress file {self.path}")

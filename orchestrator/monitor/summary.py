@@ -12,17 +12,34 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from orchestrator.contract import (
+    UNAVAILABLE_KIND,
+    WINDOW_KIND,
+    BadRecord,
+    WindowSummary,
+    summary_record,
+    window_summary,
+)
+from orchestrator.contract.fields import warn_once
 from orchestrator.monitor.samples import GpuSample
 
+__all__ = [
+    "UNAVAILABLE_KIND",
+    "WINDOW_KIND",
+    "SummaryWriter",
+    "WindowAggregator",
+    "read_job_windows",
+    "read_summaries",
+    "read_windows",
+    "unavailable_record",
+]
+
 DEFAULT_IDLE_THRESHOLD_PCT = 1.0
-WINDOW_KIND = "gpuctl.monitor.window"
-UNAVAILABLE_KIND = "gpuctl.monitor.unavailable"
-"""A summary-file line written instead of windows when the monitor cannot sample (e.g. no NVML)."""
 
 THROTTLE_REASON_MASK = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
 """Clock-event reasons that slow work: SW power cap, HW slowdown, SW/HW thermal, HW power brake."""
@@ -202,13 +219,39 @@ class SummaryWriter:
             self.stream.flush()
 
 
+def read_windows(path: str | Path) -> list[WindowSummary]:
+    """The valid window summaries of a file, in order. Blank lines and other kinds are skipped; a line
+    that is not a JSON object (torn, not UTF-8) or a window that is not valid is skipped with a
+    warning, once per file. Raises OSError when the file cannot be read."""
+    windows = []
+    source = f"GPU monitor summary file {path}"
+    lines = Path(path).read_bytes().split(b"\n")
+    for number, line in enumerate(lines, 1):
+        record = summary_record(line)
+        if record is None:
+            if line.strip() and number < len(lines):  # a last line without its newline may be mid-write
+                warn_once(source, "not a JSON object")
+            continue
+        if record.get("kind") != WINDOW_KIND:
+            continue
+        try:
+            windows.append(window_summary(record))
+        except BadRecord as bad:
+            warn_once(source, str(bad))
+    return windows
+
+
 def read_summaries(path: str | Path) -> list[dict[str, Any]]:
-    """All window summaries of a file (blank and non-window lines skipped)."""
-    records = []
-    with Path(path).open(encoding="utf-8") as handle:
-        for line in handle:
-            if line.strip():
-                record = json.loads(line)
-                if isinstance(record, dict) and record.get("kind") == WINDOW_KIND:
-                    records.append(record)
-    return records
+    """All valid window summaries of a file, as written (see :func:`read_windows`)."""
+    return [dict(window.fields) for window in read_windows(path)]
+
+
+def read_job_windows(files: Iterable[Path]) -> list[WindowSummary]:
+    """The valid windows of a job's summary files; a file that cannot be read is skipped with a warning."""
+    windows = []
+    for file in files:
+        try:
+            windows += read_windows(file)
+        except OSError as exc:
+            warn_once(f"GPU monitor summary file {file}", f"cannot be read: {exc.strerror or exc}")
+    return windows

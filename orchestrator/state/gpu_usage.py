@@ -12,13 +12,33 @@ distinct p95 value (NVML reports whole percents, so at most 101 of them).
 
 from __future__ import annotations
 
-import json
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-WINDOW_KIND = "gpuctl.monitor.window"
-UNAVAILABLE_KIND = "gpuctl.monitor.unavailable"
+from orchestrator.contract import (
+    UNAVAILABLE_KIND,
+    WINDOW_KIND,
+    WindowSummary,
+    monitor_unavailable,
+    summary_record,
+    window_summary,
+)
+
+__all__ = [
+    "NO_NVML_MESSAGE",
+    "UNAVAILABLE_KIND",
+    "WINDOW_KIND",
+    "GpuUsage",
+    "UsageTotals",
+    "UsageWindow",
+    "aggregate",
+    "from_summary",
+    "summary_line_record",
+    "unavailable_message",
+    "usage_window",
+]
 NO_NVML_MESSAGE = "GPU monitor: no NVML on this machine; utilization not measured"
 
 
@@ -69,45 +89,42 @@ class UsageWindow:
         return self.mem_used_max_bytes / self.mem_total_bytes if self.mem_total_bytes else 0.0
 
 
-def usage_window(source: str, record: dict[str, Any]) -> UsageWindow:
-    """The window of a summary line; raises KeyError, TypeError or ValueError for a malformed one."""
-    per_gpu = record.get("per_gpu") or []
-    samples = sum(int(g.get("samples", 0)) for g in per_gpu) or int(record.get("gpus", 1))
-    sm = record.get("sm_activity_mean")
+def usage_window(source: str, record: Mapping[str, Any]) -> UsageWindow:
+    """The window of a summary line; raises :class:`~orchestrator.contract.BadRecord` (a ValueError)
+    for one that is not valid (:func:`orchestrator.contract.window_summary`)."""
+    return from_summary(source, window_summary(record))
+
+
+def from_summary(source: str, window: WindowSummary) -> UsageWindow:
+    """The fields of a valid window that the aggregate needs."""
     return UsageWindow(
         source=source,
-        start=float(record["start"]),
-        duration_s=float(record["duration_s"]),
-        gpus=int(record["gpus"]),
-        model=str(record.get("model", "")),
-        samples=samples,
-        util_mean_pct=float(record["util_mean_pct"]),
-        util_p95_pct=float(record["util_p95_pct"]),
-        util_max_pct=float(record["util_max_pct"]),
-        mem_used_max_bytes=int(record["mem_used_max_bytes"]),
-        mem_total_bytes=int(record["mem_total_bytes"]),
-        sm_activity_mean=None if sm is None else float(sm),
-        idle_seconds=float(record["idle_seconds"]),
+        start=window.start,
+        duration_s=window.duration_s,
+        gpus=window.gpus,
+        model=window.model,
+        samples=window.samples,
+        util_mean_pct=window.util_mean_pct,
+        util_p95_pct=window.util_p95_pct,
+        util_max_pct=window.util_max_pct,
+        mem_used_max_bytes=window.mem_used_max_bytes,
+        mem_total_bytes=window.mem_total_bytes,
+        sm_activity_mean=window.sm_activity_mean,
+        idle_seconds=window.idle_seconds,
     )
 
 
-def unavailable_message(record: dict[str, Any]) -> str:
+def unavailable_message(record: Mapping[str, Any]) -> str:
     """The one-line message for an ``unavailable`` summary line (the monitor could not sample)."""
-    if record.get("reason") == "no_nvml":
+    notice = monitor_unavailable(record)
+    if notice.reason == "no_nvml":
         return NO_NVML_MESSAGE
-    return f"GPU monitor: {record.get('message') or 'not running'}; utilization not measured"
+    return f"GPU monitor: {notice.message or 'not running'}; utilization not measured"
 
 
 def summary_line_record(line: str | bytes) -> dict[str, Any] | None:
     """The JSON object of one summary line; None for a blank line or anything that is not an object."""
-    text = line.strip()
-    if not text:
-        return None
-    try:
-        record = json.loads(text)
-    except ValueError:
-        return None
-    return record if isinstance(record, dict) else None
+    return summary_record(line)
 
 
 @dataclass

@@ -19,6 +19,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from orchestrator.contract import BadRecord, summary_record, window_summary
+from orchestrator.contract.fields import MAX_COUNT, MAX_EPOCH, MAX_SECONDS, warn_once
+from orchestrator.contract.windows import MAX_BYTES, MAX_GPU_SECONDS, MAX_GPUS
+from orchestrator.monitor.summary import read_job_windows
 from orchestrator.state.gpu_usage import (
     NO_NVML_MESSAGE,
     UNAVAILABLE_KIND,
@@ -26,9 +30,9 @@ from orchestrator.state.gpu_usage import (
     GpuUsage,
     UsageWindow,
     aggregate,
+    from_summary,
     summary_line_record,
     unavailable_message,
-    usage_window,
 )
 from orchestrator.state.store import JobStore, StoreWrites
 from orchestrator.state.watch import IDLE_UTIL_PCT, GpuActivity
@@ -39,16 +43,22 @@ log = logging.getLogger(__name__)
 
 SUMMARY_GLOB = "monitor-summary*.jsonl"
 EVENT_KIND = "gpu_monitor"
+_VALID = (
+    f"start BETWEEN 0 AND {MAX_EPOCH} AND duration_s BETWEEN 0 AND {MAX_SECONDS}"
+    f" AND gpus BETWEEN 0 AND {MAX_GPUS} AND samples BETWEEN 0 AND {MAX_COUNT}"
+    " AND util_mean_pct BETWEEN 0 AND 100 AND util_p95_pct BETWEEN 0 AND 100 AND util_max_pct BETWEEN 0 AND 100"
+    f" AND mem_used_max_bytes BETWEEN 0 AND {MAX_BYTES} AND mem_total_bytes BETWEEN 0 AND {MAX_BYTES}"
+    f" AND idle_seconds BETWEEN 0 AND {MAX_GPU_SECONDS} AND typeof(model) = 'text'"
+    " AND (sm_activity_mean IS NULL OR sm_activity_mean BETWEEN 0 AND 1)"
+)
+"""Stored windows that hold what a valid window holds (the store checks windows before it keeps them;
+this leaves out rows kept by older versions that did not)."""
 
 
 def usage_from_files(job_dir: Path) -> GpuUsage | None:
     """The aggregate straight from a job folder's summary files (when nothing is stored)."""
-    windows = []
-    for file in sorted(job_dir.glob(SUMMARY_GLOB)):
-        for _, record in _complete_lines(file.read_bytes(), 0):
-            if record is not None and record.get("kind") == WINDOW_KIND:
-                windows.append(usage_window(file.name, record))
-    return aggregate(windows)
+    files = sorted(job_dir.glob(SUMMARY_GLOB))
+    return aggregate([from_summary(file.name, w) for file in files for w in read_job_windows([file])])
 
 
 def _complete_lines(data: bytes, base: int) -> list[tuple[int, dict[str, Any] | None]]:
@@ -62,6 +72,10 @@ def _complete_lines(data: bytes, base: int) -> list[tuple[int, dict[str, Any] | 
         if data[position:end].strip():
             lines.append((base + position, summary_line_record(data[position:end])))
         position = end + 1
+
+
+def _source(job_id: str, file: Path) -> str:
+    return f"job {job_id}: GPU monitor summary file {file.name}"
 
 
 class UsageStore:
@@ -100,9 +114,12 @@ class UsageStore:
         notices = []
         for line_offset, record in _complete_lines(data[:complete], offset):
             if record is None:
-                log.warning("job %s: %s: skipping a line that is not a JSON object", job_id, file.name)
+                warn_once(_source(job_id, file), "not a JSON object")
             elif record.get("kind") == WINDOW_KIND:
-                windows.append((line_offset, usage_window(file.name, record), record))
+                try:
+                    windows.append((line_offset, window_summary(record)))
+                except BadRecord as bad:
+                    warn_once(_source(job_id, file), str(bad))
             elif record.get("kind") == UNAVAILABLE_KIND:
                 notices.append(record)
         with self.store.transaction() as conn:
@@ -118,10 +135,11 @@ class UsageStore:
                 " mem_total_bytes, sm_activity_mean, idle_seconds, record_json)"
                 " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 [
-                    (job_id, w.source, at, w.start, w.start + w.duration_s, w.duration_s, w.gpus, w.model,
+                    (job_id, file.name, at, w.start, w.start + w.duration_s, w.duration_s, w.gpus, w.model,
                      w.samples, w.util_mean_pct, w.util_p95_pct, w.util_max_pct, w.mem_used_max_bytes,
-                     w.mem_total_bytes, w.sm_activity_mean, w.idle_seconds, json.dumps(record))
-                    for at, w, record in windows
+                     w.mem_total_bytes, w.sm_activity_mean, w.idle_seconds,
+                     json.dumps(w.fields, allow_nan=False))
+                    for at, w in windows
                 ],
             )  # fmt: skip
             added = conn.total_changes - before
@@ -151,12 +169,19 @@ class UsageStore:
         rows = self.store._query(
             "SELECT record_json FROM gpu_usage_windows WHERE job_id = ? ORDER BY start, source", (job_id,)
         )
-        return [dict(json.loads(r["record_json"])) for r in rows]
+        windows = []
+        for row in rows:  # a row kept by a version that did not check windows may be anything
+            record = summary_record(str(row["record_json"]))
+            try:
+                windows.append(dict(window_summary(record or {}).fields))
+            except BadRecord:
+                continue
+        return windows
 
     def idle_gpu_hours(self) -> dict[str, float]:
         """Idle GPU-hours of every job with stored windows."""
         rows = self.store._query(
-            "SELECT job_id, SUM(idle_seconds) AS idle FROM gpu_usage_windows GROUP BY job_id"
+            f"SELECT job_id, SUM(idle_seconds) AS idle FROM gpu_usage_windows WHERE {_VALID} GROUP BY job_id"
         )
         return {r["job_id"]: float(r["idle"]) / 3600.0 for r in rows}
 
@@ -165,14 +190,14 @@ class UsageStore:
         window."""
         rows = self.store._query(
             "SELECT MAX(end) AS measured, MAX(CASE WHEN util_mean_pct >= ? THEN end END) AS busy"
-            " FROM gpu_usage_windows WHERE job_id = ?",
+            f" FROM gpu_usage_windows WHERE job_id = ? AND {_VALID}",
             (IDLE_UTIL_PCT, job_id),
         )
         if not rows or rows[0]["measured"] is None:
             return None
         measured, busy = float(rows[0]["measured"]), rows[0]["busy"]
         newest = self.store._query(
-            "SELECT MAX(util_mean_pct) AS util FROM gpu_usage_windows WHERE job_id = ? AND end = ?",
+            f"SELECT MAX(util_mean_pct) AS util FROM gpu_usage_windows WHERE job_id = ? AND end = ? AND {_VALID}",
             (job_id, measured),
         )
         return GpuActivity(
@@ -186,7 +211,7 @@ class UsageStore:
         rows = self.store._query(
             "SELECT source, start, duration_s, gpus, model, samples, util_mean_pct, util_p95_pct, util_max_pct,"
             " mem_used_max_bytes, mem_total_bytes, sm_activity_mean, idle_seconds"
-            " FROM gpu_usage_windows WHERE job_id = ?",
+            f" FROM gpu_usage_windows WHERE job_id = ? AND {_VALID}",
             (job_id,),
         )
         return aggregate([UsageWindow(**dict(r)) for r in rows])

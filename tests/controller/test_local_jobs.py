@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 
 
 def _progress_events(home: Path, job: str) -> list[dict[str, Any]]:
-    return read_progress_records(home / "jobs" / job / "progress.jsonl")
+    return [dict(r.fields) for r in read_progress_records(home / "jobs" / job / "progress.jsonl")]
 
 
 def _assert_consistent_segments(doc: dict[str, Any]) -> None:

@@ -35,7 +35,11 @@ def test_report_inputs_take_idle_hours_from_monitor_summaries(tmp_path: Path) ->
     store = JobStore(tmp_path)
     job = store.create_job(name="j", user="u", team="t", backend="local", spec_json="{}", deadline=None,
                            now=datetime.now(UTC))  # fmt: skip
-    window = {"kind": "gpuctl.monitor.window", "idle_seconds": 1800.0}
+    window = {
+        "kind": "gpuctl.monitor.window", "start": 0.0, "duration_s": 1800.0, "gpus": 1, "util_mean_pct": 0.0,
+        "util_p95_pct": 0.0, "util_max_pct": 0.0, "mem_used_max_bytes": 0, "mem_total_bytes": 2**34,
+        "idle_seconds": 1800.0,
+    }  # fmt: skip
     for node in ("n0", "n1"):
         (store.job_dir(job.id) / f"monitor-summary-{node}.jsonl").write_text(json.dumps(window) + "\n")
     inputs = load_report_inputs(tmp_path)

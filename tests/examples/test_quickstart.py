@@ -41,7 +41,7 @@ def _final_params(home: Path, job_id: str) -> dict[str, Any]:
 
 
 def _progress(home: Path, job_id: str) -> list[dict[str, Any]]:
-    return read_progress_records(home / "jobs" / job_id / "progress.jsonl")
+    return [dict(r.fields) for r in read_progress_records(home / "jobs" / job_id / "progress.jsonl")]
 
 
 def test_two_preemptions_end_bit_identical_to_an_uninterrupted_run(gpuctl: Gpuctl, tmp_path: Path) -> None:

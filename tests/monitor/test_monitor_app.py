@@ -150,8 +150,8 @@ def test_bad_source_is_a_user_error(capsys: pytest.CaptureFixture[str]) -> None:
 def test_diagnose_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     summary = tmp_path / "summary.jsonl"
     window = {
-        "kind": "gpuctl.monitor.window", "duration_s": 60.0, "gpus": 1, "util_mean_pct": 30.0,
-        "util_p95_pct": 60.0, "mem_used_max_bytes": 10 * 2**30, "mem_total_bytes": 80 * 2**30,
+        "kind": "gpuctl.monitor.window", "start": 0.0, "duration_s": 60.0, "gpus": 1, "util_mean_pct": 30.0,
+        "util_p95_pct": 60.0, "util_max_pct": 70.0, "mem_used_max_bytes": 10 * 2**30, "mem_total_bytes": 80 * 2**30,
         "idle_seconds": 0.0, "sm_activity_mean": None, "throttled_fraction": 0.0,
     }  # fmt: skip
     summary.write_text(json.dumps(window) + "\n")

@@ -20,10 +20,12 @@ from tests.monitor.monitor_helpers import GIB
 
 HEALTHY: dict[str, Any] = {
     "kind": "gpuctl.monitor.window",
+    "start": 1_800_000_000.0,
     "duration_s": 60.0,
     "gpus": 8,
     "util_mean_pct": 92.0,
     "util_p95_pct": 99.0,
+    "util_max_pct": 100.0,
     "mem_used_max_bytes": 60 * GIB,
     "mem_total_bytes": 80 * GIB,
     "idle_seconds": 0.0,
@@ -114,9 +116,10 @@ def test_diagnose_files_reads_progress_and_summaries(tmp_path: Path) -> None:
     summaries.write_text(json.dumps(window(util_mean_pct=30.0)) + "\n")
     progress = tmp_path / "progress.jsonl"
     lines: list[dict[str, Any]] = [
-        {"time": i, "step": i, "loss": 1.0, "data_s": 0.3, "compute_s": 0.7} for i in range(5)
+        {"time": f"2026-01-01T00:00:0{i}Z", "step": i, "loss": 1.0, "data_s": 0.3, "compute_s": 0.7}
+        for i in range(5)
     ]
-    lines.append({"time": 9, "step": 5, "metrics": {"data_s": 0.3, "compute_s": 0.7}})
+    lines.append({"time": "2026-01-01T00:00:09Z", "step": 5, "metrics": {"data_s": 0.3, "compute_s": 0.7}})
     lines.append({"event": "finished"})
     progress.write_text("\n".join(json.dumps(line) for line in lines) + "\n{partial")
     assert len(read_step_timings(progress)) == 6

@@ -48,7 +48,7 @@ def _start(workdir: Path, extra_env: dict[str, str] | None = None) -> subprocess
 
 
 def _progress(workdir: Path) -> list[dict[str, Any]]:
-    return read_progress_records(workdir / "progress.jsonl")
+    return [dict(r.fields) for r in read_progress_records(workdir / "progress.jsonl")]
 
 
 def _last_step(workdir: Path) -> int:

@@ -21,8 +21,8 @@ def test_an_append_after_a_torn_tail_starts_a_new_line(tmp_path: Path) -> None:
     lines = path.read_text().splitlines()
     assert lines[1].endswith('"lo') and len(lines) == 4
     records = read_progress_records(path)
-    assert [(r["step"], r.get("event")) for r in records] == [(10, "resumed"), (11, None), (11, "finished")]
-    assert records[1]["loss"] == 0.25
+    assert [(r.step, r.event) for r in records] == [(10, "resumed"), (11, None), (11, "finished")]
+    assert records[1].loss == 0.25
 
 
 def test_each_record_is_one_line_and_non_finite_numbers_are_null(tmp_path: Path) -> None:

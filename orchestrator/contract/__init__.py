@@ -1,19 +1,51 @@
 """The contract between a backend that launches training and the training process itself.
 
 Backends set these environment variables on every node; the runtime helper
-(:mod:`orchestrator.runtime`) reads them. Neither side imports the other: this module is the whole
+(:mod:`orchestrator.runtime`) reads them. Neither side imports the other: this package is the whole
 interface, so a training image needs torch and the runtime, not the controller.
+
+What job code and the GPU monitor write (progress records, monitor summary lines) is untrusted; the
+one parser of each (:mod:`orchestrator.contract.progress`, :mod:`orchestrator.contract.windows`) turns
+it into typed, finite, bounded values and refuses the rest, and every reader goes through it.
 
 torchrun's own variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, ...) are set as usual.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import signal
-from pathlib import Path
-from typing import Any
+
+from orchestrator.contract.fields import BadRecord
+from orchestrator.contract.progress import (
+    ProgressRecord,
+    parse_progress_records,
+    progress_record,
+    read_progress_records,
+)
+from orchestrator.contract.windows import (
+    UNAVAILABLE_KIND,
+    WINDOW_KIND,
+    MonitorUnavailable,
+    WindowSummary,
+    monitor_unavailable,
+    summary_record,
+    window_summary,
+)
+
+__all__ = [
+    "UNAVAILABLE_KIND",
+    "WINDOW_KIND",
+    "BadRecord",
+    "MonitorUnavailable",
+    "ProgressRecord",
+    "WindowSummary",
+    "monitor_unavailable",
+    "parse_progress_records",
+    "progress_record",
+    "read_progress_records",
+    "summary_record",
+    "window_summary",
+]
 
 ENV_JOB_ID = "GPUCTL_JOB_ID"
 ENV_ATTEMPT = "GPUCTL_ATTEMPT"
@@ -32,12 +64,19 @@ ENV_GLOBAL_BATCH = "GPUCTL_GLOBAL_BATCH"
 
 ENV_PROGRESS_FILE = "GPUCTL_PROGRESS_FILE"
 """Rank 0 appends one JSON object per line: ``{"time", "step", "total_steps", "loss", "world_size",
-"metrics": {...}}``; a final line has ``"event": "finished"`` and may carry ``"metrics"`` such as
-``{"accuracy": 0.97}``. The controller reads the last lines for live progress and the summary.
+"metrics": {...}, "data_s", "compute_s"}``; a final line has ``"event": "finished"`` and may carry
+``"metrics"`` such as ``{"accuracy": 0.97}``. The controller reads the last lines for live progress and
+the summary.
+
+Types: ``time`` an ISO 8601 string with a UTC offset; ``step`` and ``total_steps`` whole numbers from 0
+to 10**15, ``world_size`` from 1; ``loss`` a number; ``metrics`` an object (its entries that are not
+numbers are ignored); ``data_s``/``compute_s`` seconds; ``event`` a string; any of them may be absent or
+null, and no number anywhere may be non-finite. A record that breaks this is skipped, with one warning
+per file.
 
 A writer killed mid-append leaves a torn last line; the next writer starts its record on a new line
 (see :mod:`orchestrator.runtime.progress`), and every reader uses :func:`read_progress_records`,
-which skips torn lines."""
+which skips torn lines and invalid records (:class:`ProgressRecord`)."""
 
 PROGRESS_LINE_PREFIX = "gpuctl-progress "
 """On Kubernetes the monitor sidecar follows the progress file (``--progress-file``) and prints its
@@ -94,30 +133,3 @@ def training_env(
     }
     env.update({name: str(value) for name, value in optional.items() if value is not None})
     return env
-
-
-def parse_progress_records(text: str) -> list[dict[str, Any]]:
-    """The records of progress-file text, in order; a line that is not one JSON object is skipped."""
-    records = []
-    for line in text.splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue  # torn by a writer killed mid-append (or the cut start of a tail)
-        if isinstance(record, dict):
-            records.append(record)
-    return records
-
-
-def read_progress_records(path: str | Path, tail_bytes: int | None = None) -> list[dict[str, Any]]:
-    """Every complete record of the progress file at ``path`` (only of its last ``tail_bytes`` when
-    given), in file order; [] when it cannot be read."""
-    try:
-        with open(path, "rb") as handle:
-            if tail_bytes is not None:
-                size = handle.seek(0, os.SEEK_END)
-                handle.seek(max(0, size - tail_bytes))
-            data = handle.read()
-    except OSError:
-        return []
-    return parse_progress_records(data.decode("utf-8", "replace"))
