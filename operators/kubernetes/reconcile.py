@@ -5,10 +5,18 @@ The GPUJob's ``.status`` is the job's store, pods are the engine's effects. The 
 on the job's status and pods); the training progress and the GPU use are read from the pods' sidecar
 logs (:mod:`operators.kubernetes.progress`, :mod:`operators.kubernetes.gpu_usage`). Kept apart from
 the kopf handlers so anything can call it.
+
+One GPUJob's error stays that GPUJob's (:func:`reconcile_isolated`, the rule of the local controller's
+:func:`orchestrator.controller.loop.permanent_failure`): an error in the job itself (an unexpected
+exception: a gpuctl bug, or data it did not expect, such as a progress value no number can hold) ends
+it ``FAILED`` (``internal_error``) through the engine, its pods deleted and one Event saying why; a
+fault around it (the API server busy or unreachable: :class:`~orchestrator.errors.GpuctlError`,
+``OSError``, the ``kubernetes`` client's errors) propagates, and kopf retries the pass.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -47,13 +55,18 @@ from orchestrator.backends.kubernetes.manifests import (
 )
 from orchestrator.controller import engine
 from orchestrator.controller.placement import Candidates, catalog_candidates
-from orchestrator.errors import NotFoundError, SpecError, UserError
+from orchestrator.errors import GpuctlError, InternalError, NotFoundError, SpecError, UserError
 from orchestrator.policies import GpuMeasurement
 from orchestrator.spec import JobSpec
 from orchestrator.spec import RightSize as RightSizeMode
 from orchestrator.spec.model import NAME_PATTERN
 from orchestrator.state.job_state import JobState, NodeLaunch
 from orchestrator.state.status import FailureReason, JobStatus
+
+log = logging.getLogger(__name__)
+
+MESSAGE_MAX = 500
+"""The longest ``status.message`` (and Event) an unexpected error gives."""
 
 OBJECT_NAME_MAX = 253
 OBJECT_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
@@ -286,11 +299,90 @@ def _delete_leftovers(
     """An ended job's pods that a pass interrupted after its status patch left behind: deleted."""
     if not int(status.get("attempt") or 0):
         return  # never placed (refused at admission, say): it has no pods
+    _delete_pods(name, namespace, body, api)
+
+
+def _delete_pods(name: str, namespace: str, body: Mapping[str, Any], api: Any | None) -> None:
+    """Delete the GPUJob's pods not being deleted yet (each with its own grace period: a checkpoint)."""
     uid = str(body["metadata"].get("uid", ""))
     for pod in client.list_job_pods(name, namespace, api, uid):
         meta = pod["metadata"]
         if not being_deleted(pod):
             client.delete_pod(str(meta["name"]), namespace, api=api, uid=meta.get("uid"))
+
+
+def reconcile_isolated(
+    name: str, namespace: str, config: KubeConfig, now: datetime, api: Any | None = None
+) -> Decision | None:
+    """:func:`reconcile_job`, whatever this GPUJob's data does: an error in the job itself
+    (:func:`permanent_failure`) ends it FAILED through the engine (:func:`fail_unexpected`); a fault
+    around it propagates (the caller retries the pass)."""
+    try:
+        return reconcile_job(name, namespace, config, now, api)
+    except Exception as exc:  # one GPUJob's data must not freeze it, nor stop the others
+        reason = permanent_failure(exc)
+        if reason is None:
+            raise
+        return fail_unexpected(name, namespace, reason, exc, now, api)
+
+
+def permanent_failure(exc: BaseException) -> FailureReason | None:
+    """The failure reason when ``exc`` is an error in the job itself; None for a fault around it. The
+    local controller's rule (:func:`orchestrator.controller.loop.permanent_failure`), with the API
+    server's errors for the cluster manager's: a :class:`~orchestrator.errors.GpuctlError` (each
+    ``ApiException`` is mapped to one), ``OSError`` or an unmapped ``kubernetes`` client error is
+    transient; an :class:`InternalError` or any other exception (``ValueError``, ``OverflowError``,
+    ``TypeError``, ``KeyError``, ...: gpuctl's own code met data it cannot handle) is not."""
+    if isinstance(exc, SpecError):
+        return FailureReason.INVALID_SPEC
+    if isinstance(exc, InternalError):
+        return FailureReason.INTERNAL_ERROR
+    if isinstance(exc, GpuctlError | OSError) or client.is_api_error(exc):
+        return None
+    return FailureReason.INTERNAL_ERROR
+
+
+def fail_unexpected(
+    name: str, namespace: str, reason: FailureReason, exc: BaseException, now: datetime, api: Any | None
+) -> Decision | None:
+    """End a GPUJob whose pass met an error in its own data: FAILED with ``reason`` through the engine
+    (:func:`~operators.kubernetes.step.fail`: its nodes ended, its open segment closed, a ``Failed``
+    condition, one event) from the status as stored, then its pods deleted, so it is billed no more.
+    A stored status the engine cannot read is failed from an empty one (its keys are removed). An
+    ended or deleted GPUJob keeps its status (its pods are deleted); returns None then."""
+    log.error("GPUJob %s/%s: unexpected error; failing the job", namespace, name, exc_info=exc)
+    what = exc.what if isinstance(exc, GpuctlError) else str(exc)
+    message = _clip(f"gpuctl could not handle this job ({type(exc).__name__}: {what}); please report it")
+    try:
+        body = client.get_gpujob(name, namespace, api)
+    except NotFoundError:
+        return None
+    if body.get("metadata", {}).get("deletionTimestamp"):
+        return None  # the delete handler cleans up
+    status = dict(body.get("status") or {})
+    if _ended(status):
+        _delete_pods(name, namespace, body, api)
+        return None
+    try:
+        failed = fail(status, name, reason, message, now)
+    except Exception:  # the stored state itself is what cannot be read
+        log.warning(
+            "GPUJob %s/%s: its status cannot be read; failing it afresh", namespace, name, exc_info=True
+        )
+        failed = fail({}, name, reason, message, now)
+    final = {**failed.status, "user": namespace}
+    client.patch_gpujob_status(name, namespace, status_patch(status, final), api)
+    _delete_pods(name, namespace, body, api)
+    return replace(failed, status=final)
+
+
+def _ended(status: Mapping[str, Any]) -> bool:
+    state = status.get("state")
+    return isinstance(state, str) and state in {str(s) for s in JobStatus if s.terminal}
+
+
+def _clip(text: str, limit: int = MESSAGE_MAX) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _fail_launch(name: str, namespace: str, pods_host: _Pods, message: str, now: datetime) -> Decision:

@@ -8,6 +8,7 @@ Every :class:`ApiException` is mapped to :mod:`orchestrator.errors` here, at the
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
@@ -18,6 +19,7 @@ from orchestrator.backends.kubernetes.crd import API_VERSION, GROUP, KIND, PLURA
 from orchestrator.backends.kubernetes.manifests import ANNOTATION_JOB, LABEL_JOB, job_label
 from orchestrator.errors import (
     GpuctlError,
+    InternalError,
     NotFoundError,
     PermanentError,
     TemporaryError,
@@ -120,6 +122,26 @@ def _mapped(what: str) -> Iterator[None]:
         raise map_api_error(exc, what) from exc
 
 
+def is_api_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is the ``kubernetes`` client's own (an HTTP status, a connection failure) that
+    reached the caller unmapped: a fault around the job, never one in its data."""
+    return HAVE_CLIENT and isinstance(exc, ApiException | Urllib3Error)
+
+
+def check_finite(body: Any, what: str, path: str = "") -> None:
+    """Refuse a body holding a float that is NaN or infinite (JSON has none: the ``kubernetes``
+    client would send the invalid token ``NaN``): :class:`InternalError` naming the field. Every
+    body this module sends is checked, so a non-finite number never reaches the API server."""
+    if isinstance(body, float) and not math.isfinite(body):
+        raise InternalError(f"cannot {what}: {path or 'the body'} is {body!r}, which JSON cannot hold")
+    if isinstance(body, dict):
+        for key, value in body.items():
+            check_finite(value, what, f"{path}.{key}" if path else str(key))
+    elif isinstance(body, list | tuple):
+        for index, value in enumerate(body):
+            check_finite(value, what, f"{path}[{index}]")
+
+
 def _call(what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     with _mapped(what):
         return fn(*args, **kwargs)
@@ -142,6 +164,7 @@ def gpujob_manifest(spec: JobSpec, namespace: str) -> dict[str, Any]:
 def create_gpujob(spec: JobSpec, namespace: str, api: Any | None = None) -> dict[str, Any]:
     api = api or api_client()
     body = gpujob_manifest(spec, namespace)
+    check_finite(body, f"create GPUJob {spec.name}")
     custom = k8s.CustomObjectsApi(api)
     created: dict[str, Any] = _call(
         f"create GPUJob {spec.name}",
@@ -183,9 +206,12 @@ def delete_gpujob(name: str, namespace: str, api: Any | None = None) -> None:
 
 
 def patch_gpujob_status(name: str, namespace: str, status: dict[str, Any], api: Any | None = None) -> None:
+    """Merge-patch the GPUJob's ``.status``; a non-finite number in it is refused (:func:`check_finite`)."""
+    what = f"update status of GPUJob {name}"
+    check_finite({"status": status}, what)
     custom = _custom_api(api)
     _call(
-        f"update status of GPUJob {name}",
+        what,
         custom.patch_namespaced_custom_object_status,
         GROUP,
         VERSION,
@@ -241,6 +267,7 @@ def create_pod(pod: dict[str, Any], api: Any | None = None, owner_uid: str | Non
     job = str(
         (meta.get("annotations") or {}).get(ANNOTATION_JOB) or (meta.get("labels") or {}).get(LABEL_JOB, "")
     )
+    check_finite(pod, f"create pod {name}")
     try:
         _call(f"create pod {name}", core.create_namespaced_pod, namespace, pod)
     except UserError as err:
@@ -275,6 +302,7 @@ def ensure_service(service: dict[str, Any], api: Any | None = None, owner_uid: s
     core = k8s.CoreV1Api(api)
     meta = service["metadata"]
     name, namespace = meta["name"], meta["namespace"]
+    check_finite(service, f"create service {name}")
     try:
         _call(f"create service {name}", core.create_namespaced_service, namespace, service)
     except UserError as err:
