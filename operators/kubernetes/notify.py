@@ -113,7 +113,14 @@ def secret_value(ref: SecretRef | FromEnv, note: Notification, api: Any) -> str:
     data = (secret.data or {}).get(ref.key)
     if data is None:
         raise UserError(f"the Secret {ref.secret} has no key '{ref.key}'", "add the key or fix the reference")
-    return base64.b64decode(data).decode("utf-8")
+    try:  # errors say what is wrong, never a byte of the value
+        return base64.b64decode(data, validate=True).decode("utf-8")
+    except ValueError:  # binascii.Error, UnicodeDecodeError
+        raise UserError(
+            f"the key '{ref.key}' of the Secret {ref.secret} is not UTF-8 text",
+            f"store the webhook URL or password as text: `kubectl create secret generic {ref.secret} "
+            f"--from-literal={ref.key}=...`",
+        ) from None
 
 
 def post_failure(api: Any, item: Pending, message: str) -> None:

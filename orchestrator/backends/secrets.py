@@ -18,18 +18,16 @@ import os
 import stat
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import yaml
 
 from orchestrator.errors import UserError
 from orchestrator.home import home_dir
 from orchestrator.spec.env import EnvReference, FromEnv, SecretRef, env_references, plain_env
-from orchestrator.spec.limits import shown
+from orchestrator.userfiles import ContentError, compose_yaml
 
 SECRETS_FOLDER = "secrets"
 MAX_SECRETS_FILE_BYTES = 1 << 20
-_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def secrets_dir(home: Path | None = None) -> Path:
@@ -95,10 +93,10 @@ def _from_environ(field: str, ref: FromEnv, environ: Mapping[str, str], where: s
 
 
 def _key_of(data: Mapping[str, str], field: str, ref: SecretRef, path: Path) -> str:
-    if ref.key not in data:
-        keys = ", ".join(sorted(data)[:20]) or "none"
+    if ref.key not in data:  # its keys are not listed: a value written where a key goes is one
         raise UserError(
-            f"{field}: the secrets file {path} has no key '{ref.key}' (its keys: {keys})",
+            f"{field}: the secrets file {path} has no key '{ref.key}' ({_count(len(data))}; keys are "
+            "case-sensitive)",
             f"add a line `{ref.key}: VALUE` to {path}, or fix the key in the job spec",
         )
     return data[ref.key]
@@ -151,25 +149,50 @@ def _check_private(path: Path, info: os.stat_result) -> None:
         )
 
 
+def _count(keys: int) -> str:
+    return f"it has {keys} other key{'' if keys == 1 else 's'}" if keys else "it has no key"
+
+
 def _parse(path: Path, raw: bytes) -> dict[str, str]:
+    """The file's ``KEY: VALUE`` lines. Errors give line numbers only: a line may hold a secret in the
+    place of its key (a value pasted alone, a key forgotten), so no key of the file is ever shown."""
     fix = f"write {path} as `KEY: VALUE` lines (YAML; quote a value with ': ' or '#' in it)"
     try:
-        data = yaml.load(raw.decode("utf-8-sig"), Loader=_Loader)  # a safe loader (CSafeLoader)
+        root, _ = compose_yaml(raw.decode("utf-8-sig"), f"the secrets file {path}", reveal=False)
     except UnicodeDecodeError:
         raise UserError(f"the secrets file {path} is not UTF-8 text", fix) from None
-    except yaml.YAMLError as exc:  # its message may quote the file: only the line is given
-        mark = getattr(exc, "problem_mark", None)
-        where = f" on line {mark.line + 1}" if mark is not None else ""
-        raise UserError(f"the secrets file {path} is not valid YAML{where}", fix) from None
-    if not isinstance(data, dict):
+    except ContentError as exc:  # reveal=False: the message gives lines, never a piece of the file
+        raise UserError(exc.what, f"{exc.fix}; {fix}") from None
+    if not isinstance(root, yaml.MappingNode):
         raise UserError(f"the secrets file {path} is not a mapping of keys to values", fix)
     values: dict[str, str] = {}
-    for key, value in data.items():
-        if not isinstance(value, str):
+    for key, value in root.value:
+        line = key.start_mark.line + 1
+        if not isinstance(key, yaml.ScalarNode) or key.tag == _MERGE_TAG or not key.value:
             raise UserError(
-                f"the value of {shown(key)} in the secrets file {path} is not a string (YAML read it as "
-                f"{type(value).__name__})",
-                f'quote it in {path}: `{shown(key)[1:-1]}: "..."`',
+                f"line {line} of the secrets file {path} does not start with a key",
+                f"write line {line} as `KEY: VALUE`, a plain name before the colon",
             )
-        values[str(key)] = value
+        if not isinstance(value, yaml.ScalarNode) or value.tag != _STR_TAG:
+            raise UserError(
+                f"the value on line {value.start_mark.line + 1} of the secrets file {path} is not a string "
+                f"(YAML reads {_KINDS.get(value.tag, 'another type')})",
+                f'quote it in {path}: `KEY: "..."`; a line with nothing after its colon (a secret written '
+                "where the key goes) reads as an empty value too",
+            )
+        values[str(key.value)] = str(value.value)
     return values
+
+
+_STR_TAG = "tag:yaml.org,2002:str"
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+_KINDS = {
+    "tag:yaml.org,2002:null": "nothing there",
+    "tag:yaml.org,2002:int": "a number",
+    "tag:yaml.org,2002:float": "a number",
+    "tag:yaml.org,2002:bool": "true or false",
+    "tag:yaml.org,2002:timestamp": "a date",
+    "tag:yaml.org,2002:seq": "a list",
+    "tag:yaml.org,2002:map": "a mapping",
+    "tag:yaml.org,2002:binary": "binary data",
+}

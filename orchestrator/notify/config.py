@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import TypeAdapter, ValidationError
 
 from orchestrator.errors import UserError
 from orchestrator.spec.notify import NotifyTarget, NotifyTargets
+from orchestrator.userfiles import CONFIG_FIX, load_yaml, read_optional_text
 
 CONFIG_FILE = "config.yaml"
 _TARGETS: TypeAdapter[list[NotifyTarget]] = TypeAdapter(NotifyTargets)
@@ -39,12 +39,7 @@ class NotifyConfig:
 
 
 def parse_notify_config(text: str, source: str = CONFIG_FILE) -> NotifyConfig:
-    try:
-        doc = yaml.safe_load(text) or {}
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" on line {mark.line + 1}" if mark is not None else ""
-        raise UserError(f"{source}: not valid YAML{where}", "fix the YAML syntax") from None
+    doc = load_yaml(text, source) or {}
     if not isinstance(doc, Mapping):
         raise UserError(f"{source}: expected a mapping at the top", "see docs/notifications.md")
     section = doc.get("notify") or {}
@@ -77,6 +72,5 @@ def _problem(prefix: str, exc: ValidationError) -> str:
 def load_notify_config(home: Path) -> NotifyConfig:
     """The ``notify:`` section of ``home/config.yaml`` (none: no team targets)."""
     path = home / CONFIG_FILE
-    if not path.exists():
-        return NotifyConfig()
-    return parse_notify_config(path.read_text(encoding="utf-8"), str(path))
+    text = read_optional_text(path, "controller config", CONFIG_FIX)
+    return NotifyConfig() if text is None else parse_notify_config(text, str(path))

@@ -3,8 +3,8 @@
 The local and SLURM controllers keep it in the job store (table ``notifications``) and write a tick's
 notifications in the tick's own transaction (:func:`enqueue`): they exist exactly when the state
 change that made them was committed. The delivery worker (:mod:`orchestrator.notify.worker`) takes
-due rows, sends them, and deletes each once sent; a row that failed waits for its next try
-(``next_at``). A crash between sending and deleting sends that one notification again on restart:
+due rows (the first of each target), sends them, and deletes each once sent; a row that failed waits
+for its next try (``next_at``). A crash between sending and deleting sends that one notification again on restart:
 delivery is *at least once*, never lost.
 
 The Kubernetes operator keeps its outbox in a file of its own (:meth:`Outbox.standalone`).
@@ -108,11 +108,16 @@ class Outbox:
             return enqueue(conn, self.backend, items, now)
 
     def due(self, now: datetime, limit: int = 50) -> list[Pending]:
+        """The first due notification of each target (a target's notifications are sent in order, one
+        at a time: the next is due once the first is sent or waits for a retry), oldest first."""
         rows = (
             self._connect()
             .execute(
-                "SELECT * FROM notifications WHERE backend = ? AND next_at <= ? ORDER BY next_at, id LIMIT ?",
-                (self.backend, _ts(now), limit),
+                "SELECT * FROM notifications AS n WHERE backend = ? AND next_at <= ? AND id = ("
+                " SELECT m.id FROM notifications AS m WHERE m.backend = n.backend"
+                " AND m.target_json = n.target_json AND m.next_at <= ? ORDER BY m.next_at, m.id LIMIT 1)"
+                " ORDER BY next_at, id LIMIT ?",
+                (self.backend, _ts(now), _ts(now), limit),
             )
             .fetchall()
         )

@@ -1,10 +1,14 @@
-"""The delivery worker: a background thread that empties the outbox, so that no tick ever waits on a
-webhook or a mail server.
+"""The delivery worker: empties the outbox in the background, so that no tick ever waits on a webhook
+or a mail server, and no target waits on another.
 
-Each due notification is sent once per pass; one that fails is tried again after an exponentially
+Each due notification is sent on a thread of its own: at most :data:`MAX_IN_FLIGHT` at a time, and at
+most one per target (a target's notifications go out in order), so a receiver that is slow or
+hanging holds one of them, for at most the sender's deadline, and every other target is served
+meanwhile. One that fails (the deadline passed included) is tried again after an exponentially
 growing delay (:class:`RetryPolicy`: 2 s, 4 s, 8 s, ... at most 5 min apart, 8 tries: about 8.5
 minutes), and one that cannot be delivered (tries used up, or a permanent error such as HTTP 404)
 is removed and reported once through ``on_failed`` (the hosts record a ``notify_failed`` job event).
+Outcomes are written to the outbox by the worker's own thread, never by a sending thread.
 """
 
 from __future__ import annotations
@@ -12,8 +16,9 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
+import traceback
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from orchestrator.notify.outbox import Outbox, Pending
@@ -27,6 +32,8 @@ transaction that removes it."""
 
 POLL_S = 1.0
 """The worker looks at the outbox at least this often (a host in another process may have added rows)."""
+MAX_IN_FLIGHT = 8
+"""Deliveries under way at once (each to a different target)."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +55,16 @@ def failure_message(item: Pending, tries: int, error: str) -> str:
             f"after {tries} {'try' if tries == 1 else 'tries'}: {error}")  # fmt: skip
 
 
+@dataclass
+class _Flight:
+    """One delivery under way on a thread of its own."""
+
+    item: Pending
+    target: str
+    done: threading.Event = field(default_factory=threading.Event)
+    error: Exception | None = None
+
+
 class DeliveryWorker:
     """Sends what the outbox holds; :meth:`start` runs it in a daemon thread, :meth:`deliver_due` is
     one synchronous pass (tests, and hosts that want it now)."""
@@ -60,6 +77,7 @@ class DeliveryWorker:
         retry: RetryPolicy | None = None,
         clock: Callable[[], datetime] | None = None,
         poll_s: float = POLL_S,
+        max_in_flight: int = MAX_IN_FLIGHT,
     ) -> None:
         self.outbox = outbox
         self.sender = sender
@@ -67,40 +85,99 @@ class DeliveryWorker:
         self.retry = retry or RetryPolicy()
         self.clock = clock or (lambda: datetime.now(UTC))
         self.poll_s = poll_s
+        self.max_in_flight = max_in_flight
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._finished = threading.Condition()
+        self._collecting = threading.Lock()
+        self._flights: dict[int, _Flight] = {}
 
     def deliver_due(self) -> int:
-        """Try every due notification once; returns how many were tried."""
-        items = self.outbox.due(self.clock())
-        for item in items:
-            if self._stopping.is_set():
+        """Send every due notification once, waiting for the outcomes; returns how many were tried."""
+        tried: set[int] = set()
+        while not self._stopping.is_set():
+            tried.update(f.item.id for f in self._dispatch(exclude=tried))
+            mine = [f for f in self._under_way() if f.item.id in tried]
+            if not mine:
                 break
-            self._deliver(item)
-        return len(items)
+            self._wait_for_one(mine)
+            self._collect()
+        return len(tried)
 
-    def _deliver(self, item: Pending) -> None:
+    def _wait_for_one(self, flights: list[_Flight]) -> None:
+        with self._finished:
+            self._finished.wait_for(lambda: any(f.done.is_set() for f in flights), self.poll_s)
+
+    def _under_way(self) -> list[_Flight]:
+        with self._lock:
+            return list(self._flights.values())
+
+    def _dispatch(self, exclude: Collection[int] = ()) -> list[_Flight]:
+        """Start the due notifications whose target is free, up to :data:`MAX_IN_FLIGHT` under way."""
+        if self._stopping.is_set():
+            return []
+        items = self.outbox.due(self.clock())
+        started: list[_Flight] = []
+        with self._lock:
+            busy = {f.target for f in self._flights.values()}
+            for item in items:
+                if len(self._flights) >= self.max_in_flight:
+                    break
+                target = item.target.model_dump_json(by_alias=True, exclude_none=True)
+                if item.id in exclude or item.id in self._flights or target in busy:
+                    continue
+                flight = _Flight(item, target)
+                self._flights[item.id] = flight
+                busy.add(target)
+                started.append(flight)
+        for flight in started:
+            threading.Thread(
+                target=self._send, args=(flight,), name="gpuctl-notify-send", daemon=True
+            ).start()
+        return started
+
+    def _send(self, flight: _Flight) -> None:
         try:
-            self.sender.send(item.target, item.notification)
-        except DeliveryError as err:
+            self.sender.send(flight.item.target, flight.item.notification)
+        except Exception as err:  # recorded by the worker's thread
+            flight.error = err
+        finally:
+            flight.done.set()
+            with self._finished:
+                self._finished.notify_all()
+            self._wake.set()
+
+    def _collect(self) -> None:
+        """Write the outcome of every finished delivery (a flight leaves :attr:`_flights` only once its
+        outcome is in the outbox, so its row is never sent twice at once)."""
+        with self._collecting:
+            for flight in [f for f in self._under_way() if f.done.is_set()]:
+                self._record(flight.item, flight.error)
+                with self._lock:
+                    del self._flights[flight.item.id]
+
+    def _record(self, item: Pending, error: Exception | None) -> None:
+        if error is None:
+            self.outbox.delivered(item)
+        elif isinstance(error, DeliveryError):
             tries = item.attempts + 1
-            if err.permanent or tries >= self.retry.max_attempts:
-                message = failure_message(item, tries, err.what)
+            if error.permanent or tries >= self.retry.max_attempts:
+                message = failure_message(item, tries, error.what)
                 log.warning("job %s: %s", item.job_id, message)
                 self.outbox.give_up(item, lambda conn: self.on_failed(conn, item, message))
             else:
                 when = self.clock() + timedelta(seconds=self.retry.delay_s(tries))
-                log.info("job %s: notification not delivered (%s); trying again at %s", item.job_id, err.what,
+                log.info("job %s: notification not delivered (%s); trying again at %s", item.job_id, error.what,
                          when.isoformat(timespec="seconds"))  # fmt: skip
-                self.outbox.retry_at(item, when, err.what)
-            return
-        except Exception:  # a bug in a payload or sender: never retried forever, never kills the thread
-            log.exception("job %s: sending a notification failed unexpectedly", item.job_id)
+                self.outbox.retry_at(item, when, error.what)
+        else:  # a bug in a payload or sender: never retried forever, never kills the thread
+            # Where it happened, not its text: an exception's message may hold a secret's value.
+            log.error("job %s: sending a notification failed unexpectedly (%s)\n%s", item.job_id,
+                      type(error).__name__, "".join(traceback.format_tb(error.__traceback__)))  # fmt: skip
             message = failure_message(item, item.attempts + 1, "an internal error in gpuctl (see its log)")
             self.outbox.give_up(item, lambda conn: self.on_failed(conn, item, message))
-            return
-        self.outbox.delivered(item)
 
     def wake(self) -> None:
         """New rows were added: look now rather than at the next poll."""
@@ -114,6 +191,8 @@ class DeliveryWorker:
         self._thread.start()
 
     def stop(self, timeout_s: float = 15.0) -> None:
+        """Stop starting deliveries; one under way is left to end on its own (its row stays in the
+        outbox and is sent again by the next worker: at least once)."""
         self._stopping.set()
         self._wake.set()
         if self._thread is not None:
@@ -124,7 +203,8 @@ class DeliveryWorker:
     def _run(self) -> None:
         while not self._stopping.is_set():
             try:
-                self.deliver_due()
+                self._collect()
+                self._dispatch()
                 wait = self._until_next()
             except Exception:  # the store busy or broken: log, wait, try again
                 log.warning("notification delivery: could not read the outbox", exc_info=True)
@@ -134,7 +214,10 @@ class DeliveryWorker:
         self.outbox.close()
 
     def _until_next(self) -> float:
+        """Until the next row falls due; a row due now waits for a target or a thread to free up (a
+        finished delivery wakes the worker) or for the next poll."""
         upcoming = self.outbox.next_due()
         if upcoming is None:
             return self.poll_s
-        return max(0.0, min(self.poll_s, (upcoming - self.clock()).total_seconds()))
+        delay = (upcoming - self.clock()).total_seconds()
+        return self.poll_s if delay <= 0 else min(self.poll_s, delay)

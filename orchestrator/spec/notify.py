@@ -66,29 +66,40 @@ EMAIL_ADDRESS = re.compile(
 HOST_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\]")
 
 
-def check_url(url: str) -> str:
-    """``url`` when it is an http(s) URL with a host and no credentials; raises ValueError otherwise."""
+def url_problem(url: str) -> str | None:
+    """What makes ``url`` unusable as a webhook, with the fix, in words that never quote it (it may come
+    from a secret); None when it is an http(s) URL with a host and no credentials."""
     if len(url) > MAX_URL_CHARS:
-        raise ValueError(f"the URL is longer than {MAX_URL_CHARS} characters")
+        return f"is longer than {MAX_URL_CHARS} characters; give a webhook's https://... address"
     if any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in url):
-        raise ValueError(f"{shown(url, 24)} has a space or control character; give the URL as it is")
+        return "has a space, line break or control character; give the URL alone, as it is"
+    if not url.isascii():
+        return (
+            "has characters that are not ASCII; percent-encode them (%C3%A9) and write the host in punycode"
+        )
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 - raises ValueError on a bad port
     except ValueError:
-        raise ValueError(f"{shown(url, 24)} is not a URL") from None
+        return "is not a URL (a bad host or port); give a webhook's https://... address"
     if parts.scheme not in ("http", "https"):
-        raise ValueError(
-            f"{shown(url, 24)} is not an http or https URL; webhooks are sent by HTTP POST to an "
-            "https://... address"
-        )
+        return "is not an http or https URL; webhooks are sent by HTTP POST to an https://... address"
     if not parts.hostname:
-        raise ValueError(f"{shown(url, 24)} has no host name")
+        return "has no host name; give a webhook's whole https://HOST/... address"
     if parts.username is not None or parts.password is not None:
-        raise ValueError(
-            "the URL has a user name or password in it, which would be stored and shown with the job; "
+        return (
+            "has a user name or password in it, which would be stored and shown with the job; "
             "give the whole URL as a secret reference instead: {secret: NAME, key: KEY}"
         )
+    return None
+
+
+def check_url(url: str) -> str:
+    """``url`` when it is an http(s) URL with a host and no credentials; raises ValueError otherwise
+    (the error names the field, never the URL: :func:`url_problem`)."""
+    problem = url_problem(url)
+    if problem is not None:
+        raise ValueError(f"the URL {problem}")
     return url
 
 

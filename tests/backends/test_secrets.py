@@ -74,10 +74,10 @@ def test_a_missing_file_says_how_to_create_it_privately(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        (f"token: {VALUE}\n", "has no key 'missing' (its keys: token)"),
-        (f"token: [{VALUE}\n", "is not valid YAML on line 2"),
+        (f"token: {VALUE}\n", "has no key 'missing' (it has 1 other key; keys are case-sensitive)"),
+        (f"token: [{VALUE}\n", "malformed YAML (line 2"),
         (f"- {VALUE}\n", "is not a mapping of keys to values"),
-        ("missing: 0123\n", "the value of 'missing' in the secrets file"),
+        ("missing: 0123\n", "the value on line 1 of the secrets file"),
         (b"\xff\xfe" + VALUE.encode(), "is not UTF-8 text"),
     ],
 )

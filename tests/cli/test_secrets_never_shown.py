@@ -21,6 +21,7 @@ from orchestrator.cli import jobs_cmd
 from orchestrator.cli.main import main
 from orchestrator.spec import load_spec_file
 from orchestrator.state.store import JobStore
+from tests.notify.secret_values import MARK, SECRETS_FILES, leaks
 
 VALUE = "s3cr3t-VALUE-123"
 JOB = """name: secrets
@@ -173,3 +174,19 @@ def test_kubernetes_refuses_from_env_before_creating_anything(
     err = capsys.readouterr().err
     assert "env.WANDB_API_KEY: {from_env: MY_WANDB} is not available on Kubernetes" in err
     assert 'kubectl create secret generic NAME --from-literal=KEY="$MY_WANDB"' in err and VALUE not in err
+
+
+@pytest.mark.parametrize("content", SECRETS_FILES.values(), ids=list(SECRETS_FILES))
+def test_a_secrets_file_that_cannot_be_read_shows_no_piece_of_it(
+    content: str | bytes, home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(jobs_cmd, "spawn_background_controller", lambda *_: 0)
+    monkeypatch.delenv("MY_WANDB")  # only the secrets file holds a value
+    (home.parent / "job.yaml").write_text(JOB)
+    path = home / "secrets" / "hf"
+    path.write_bytes(content.replace(b"url", b"token") if isinstance(content, bytes)
+                     else content.replace("url", "token").encode())  # fmt: skip
+    main(["submit", str(home.parent / "job.yaml"), "--detach"])
+    captured = capsys.readouterr()
+    for value in (MARK, MARK[::-1]):
+        assert not leaks(captured.out + captured.err, value), captured

@@ -131,3 +131,21 @@ def test_payload_size_is_capped() -> None:
                        message="m" * 100_000, time=NOW,
                        evidence={f"k{i}": "v" * 10_000 for i in range(100)})  # fmt: skip
     assert len(json_payload(big)) <= MAX_PAYLOAD_BYTES
+
+
+@pytest.mark.parametrize("password", ["pässwörd-€", "пароль", "密码 with space:="])
+def test_a_password_that_is_not_ascii_logs_in_as_utf8(
+    smtp: SmtpReceiver, tmp_path: Path, password: str
+) -> None:
+    smtp.password = password
+    secrets = tmp_path / "secrets"
+    secrets.mkdir()
+    (secrets / "smtp").write_text(f'password: "{password}"\n', encoding="utf-8")
+    (secrets / "smtp").chmod(0o600)
+    email = {"to": ["ana@example.com"], "from": "gpuctl@example.com", "host": "127.0.0.1", "port": smtp.port,
+             "starttls": False, "username": "gpüctl", "password": {"secret": "smtp", "key": "password"}}  # fmt: skip
+    Sender(lambda ref, n: reference_value(ref, os.environ, tmp_path)).send(
+        NotifyTarget(email=email), note(NotifyEvent.FAILED)
+    )
+    smtp.wait_for(1)
+    assert smtp.logins == [("gpüctl", password)]
