@@ -23,16 +23,19 @@ from typing import Any
 
 import kopf
 
-from operators.kubernetes import metrics, notify
-from operators.kubernetes.reconcile import cleanup_job, reconcile_job
+from operators.kubernetes import admission, metrics, notify
+from operators.kubernetes.reconcile import cleanup_job, reconcile_isolated
 from orchestrator.backends.kubernetes import client
 from orchestrator.backends.kubernetes.config import KubeConfig
 from orchestrator.backends.kubernetes.crd import GROUP, PLURAL, VERSION
+from orchestrator.errors import GpuctlError
 
 INTERVAL_S = float(os.environ.get("GPUCTL_RECONCILE_INTERVAL_S", "10"))
 FINALIZER = "gpuctl.dev/cleanup"
 _locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
 """One reconcile at a time per job (create and timer handlers may otherwise overlap)."""
+_errors: dict[tuple[str, str], str] = {}
+"""Job -> the transient error its passes meet now (posted as an Event once, until it changes or clears)."""
 
 
 def wall_clock() -> datetime:
@@ -61,6 +64,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP)
     settings.posting.level = 20  # logging.INFO: job events become Kubernetes Events (see _reconcile)
     load_config()  # fail at startup, not at the first job, on bad settings
+    admission.check_settings()  # and on a bad budget or price in the chart's values
     notify.start(_api)  # and on a bad notify: section in $GPUCTL_HOME/config.yaml
     port = os.environ.get("GPUCTL_METRICS_PORT")
     if port:
@@ -82,8 +86,17 @@ def event_reason(message: str) -> str:
 
 
 def _reconcile(name: str, namespace: str, body: Any, logger: Any) -> None:
-    with _locks[(namespace, name)]:
-        decision = reconcile_job(name, namespace, load_config(), clock(), _api())
+    """One pass of the job. An error in the job's own data ends it FAILED (internal_error) inside
+    :func:`~operators.kubernetes.reconcile.reconcile_isolated`; a fault around it (the API server)
+    is a ``kopf.TemporaryError``: kopf retries the pass after the reconcile interval."""
+    key = (namespace, name)
+    try:
+        with _locks[key]:
+            decision = reconcile_isolated(name, namespace, load_config(), clock(), _api())
+    except Exception as exc:
+        raise _retry_later(key, exc, body, logger) from exc
+    if _errors.pop(key, None) is not None:
+        logger.info("passes work again")
     if decision is not None:
         metrics.record(namespace, name, decision.status)
         notify.send_later(decision.notifications, body.get("spec") or {}, namespace, datetime.now(UTC))
@@ -92,6 +105,17 @@ def _reconcile(name: str, namespace: str, body: Any, logger: Any) -> None:
         # One Kubernetes Event per job event (kopf posts log messages only with posting.loggers,
         # which would post its own per-handler messages too).
         kopf.info(body, reason=event_reason(message), message=message)
+
+
+def _retry_later(key: tuple[str, str], exc: Exception, body: Any, logger: Any) -> kopf.TemporaryError:
+    """A transient fault of a pass: logged, and posted as one Event while the same message lasts."""
+    text = exc.message if isinstance(exc, GpuctlError) else f"{type(exc).__name__}: {exc}"
+    first_line = text.splitlines()[0][:500] if text else type(exc).__name__
+    if _errors.get(key) != first_line:
+        _errors[key] = first_line
+        logger.warning(f"pass failed, retried every {INTERVAL_S:g} s: {text}")
+        kopf.warn(body, reason="ControllerError", message=first_line)
+    return kopf.TemporaryError(first_line, delay=INTERVAL_S)
 
 
 @kopf.on.create(GROUP, VERSION, PLURAL)
@@ -111,5 +135,6 @@ def stop(*, name: str, namespace: str | None, uid: str | None, logger: Any, **_:
     with _locks[(ns, name)]:
         count = cleanup_job(name, ns, _api(), owner_uid=uid or "")
     _locks.pop((ns, name), None)
+    _errors.pop((ns, name), None)
     metrics.forget(ns, name)
     logger.info(f"deleted {count} pod(s) and the rendezvous service")

@@ -7,6 +7,7 @@ refresh`` may write a local override with live prices.
 from __future__ import annotations
 
 import csv
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -45,29 +46,93 @@ class Offer:
         return None if p is None else p / self.gpu_count
 
 
-def _opt_float(text: str) -> float | None:
-    return float(text) if text.strip() else None
+COLUMNS = (
+    "cloud",
+    "instance_type",
+    "accelerator",
+    "accelerator_count",
+    "gpu_memory_gib",
+    "vcpus",
+    "memory_gib",
+    "on_demand_usd_per_hour",
+    "spot_usd_per_hour",
+    "region",
+    "zone",
+)
+"""The columns of a catalog CSV (a live override adds ``price_source``)."""
+SIZE_COLUMNS = ("gpu_memory_gib", "vcpus", "memory_gib")
+"""Sizes, like prices: finite, 0 or more (a price may also be empty: no offer in that market)."""
+
+
+class _BadCell(ValueError):
+    def __init__(self, column: str, text: str, want: str) -> None:
+        super().__init__(f"{column} is {text!r}, not {want}")
+        self.column = column
+
+
+def _number(row: dict[str, str], column: str, want: str) -> float:
+    text = (row.get(column) or "").strip()
+    try:
+        value = float(text)
+    except ValueError:
+        raise _BadCell(column, text, want) from None
+    if not math.isfinite(value) or value < 0:
+        raise _BadCell(column, text, want)
+    return value
+
+
+def _price(row: dict[str, str], column: str) -> float | None:
+    if not (row.get(column) or "").strip():
+        return None
+    return _number(row, column, "a price in USD per hour (a finite number, 0 or more, or empty)")
+
+
+def _gpu_count(row: dict[str, str]) -> int:
+    text = (row.get("accelerator_count") or "").strip()
+    if not text.isdigit() or int(text) < 1:
+        raise _BadCell("accelerator_count", text, "a whole number of GPUs, 1 or more")
+    return int(text)
+
+
+def _offer(row: dict[str, str], source: str) -> Offer:
+    sizes = {c: _number(row, c, "a finite number, 0 or more") for c in SIZE_COLUMNS}
+    return Offer(
+        cloud=row["cloud"],
+        instance_type=row["instance_type"],
+        gpu_type=row["accelerator"],
+        gpu_count=_gpu_count(row),
+        gpu_memory_gib=sizes["gpu_memory_gib"],
+        vcpus=sizes["vcpus"],
+        memory_gib=sizes["memory_gib"],
+        on_demand_usd_per_hour=_price(row, "on_demand_usd_per_hour"),
+        spot_usd_per_hour=_price(row, "spot_usd_per_hour"),
+        region=row["region"],
+        zone=row["zone"] or row["region"],
+        price_source=source,
+    )
 
 
 def read_offers_csv(path: Path | str, source: str) -> list[Offer]:
+    """The offers of a catalog CSV; :class:`UserError` naming the line and column of the first bad
+    cell (a price or size that is not a finite number, 0 or more, such as ``nan``, ``inf`` or ``-98``)."""
     with open(path, newline="", encoding="utf-8") as fh:
-        return [
-            Offer(
-                cloud=row["cloud"],
-                instance_type=row["instance_type"],
-                gpu_type=row["accelerator"],
-                gpu_count=int(row["accelerator_count"]),
-                gpu_memory_gib=float(row["gpu_memory_gib"]),
-                vcpus=float(row["vcpus"]),
-                memory_gib=float(row["memory_gib"]),
-                on_demand_usd_per_hour=_opt_float(row["on_demand_usd_per_hour"]),
-                spot_usd_per_hour=_opt_float(row["spot_usd_per_hour"]),
-                region=row["region"],
-                zone=row["zone"] or row["region"],
-                price_source=source,
+        reader = csv.DictReader(fh)
+        missing = [c for c in COLUMNS if c not in (reader.fieldnames or ())]
+        if missing:
+            raise UserError(
+                f"{source} {path}: no column {missing[0]}",
+                f"start it with the header line {','.join(COLUMNS)}",
             )
-            for row in csv.DictReader(fh)
-        ]
+        offers = []
+        for row in reader:
+            try:
+                offers.append(_offer(row, source))
+            except _BadCell as err:
+                raise UserError(
+                    f"{source} {path}, line {reader.line_num}: {err}",
+                    f"fix {err.column} on that line (prices: USD per hour, 0 or more; empty for no offer)",
+                ) from None
+        return offers
 
 
 @cache

@@ -4,10 +4,14 @@
 The checks, in order, and the failure reason of each refusal:
 
 1. the spec's ``market.policy`` names a known market policy (``invalid_spec``);
-2. its GPU types are known to the backend's placements (``invalid_spec``), and one of them has an
+2. its team may be charged: a team of ``budgets.teams`` exactly, or any team when unlisted teams
+   share ``budgets.other_teams_monthly_usd`` or no budgets are configured, and on Kubernetes one its
+   namespace may charge (``invalid_spec``; see :func:`orchestrator.costs.budgets.team_budget`);
+3. its GPU types are known to the backend's placements (``invalid_spec``), and one of them has an
    offer in the allowed clouds, regions and zones for its market mode (``no_capacity``);
-3. the first placement's price fits ``market.max_hourly_usd``, ``goals.budget_usd`` and the team's
-   money left this month (``over_budget``; see :func:`orchestrator.costs.budgets.check_submission`).
+4. the first placement's price fits ``market.max_hourly_usd``, ``goals.budget_usd`` and the money
+   left this month in the team's budget (``over_budget``; see
+   :func:`orchestrator.costs.budgets.check_submission`).
 
 The decision is a value, :class:`Admitted` or :class:`Refused`; callers turn a refusal into an error
 (the CLI) or a FAILED GPUJob (the operator). ``reconcile`` keeps its own checks while a job runs
@@ -21,7 +25,7 @@ from dataclasses import dataclass
 
 from orchestrator.backends.base import Placement
 from orchestrator.controller.placement import Candidates, NoPlacement
-from orchestrator.costs.budgets import check_submission
+from orchestrator.costs.budgets import CostConfig, TeamBudget, check_submission, team_budget
 from orchestrator.errors import UserError
 from orchestrator.policies.market import POLICIES
 from orchestrator.spec import JobSpec, MarketMode
@@ -55,6 +59,17 @@ placements, or the price catalog (``catalog_candidates``). Raises :class:`UserEr
 does not know and :class:`NoPlacement` when nothing fits the allowed zones."""
 
 
+MonthSpent = Callable[[TeamBudget], float]
+"""What the teams a budget counts (:meth:`TeamBudget.counts`) spent this month: the job store's
+segments, or the costs in the GPUJobs' status. Called only for a budget with a limit."""
+
+NO_BUDGETS = CostConfig()
+
+
+def _nothing_spent(_: TeamBudget) -> float:
+    return 0.0
+
+
 def policy_refusal(spec: JobSpec) -> Refused | None:
     """An unknown ``market.policy`` (``gpuctl validate`` checks this too)."""
     name = spec.market.policy
@@ -79,13 +94,21 @@ def first_placement(spec: JobSpec, found: Candidates) -> Placement | None:
 def admit(
     spec: JobSpec,
     search: PlacementSearch,
-    team_month_spent_usd: float,
-    team_budget_usd: float | None,
+    costs: CostConfig = NO_BUDGETS,
+    month_spent: MonthSpent = _nothing_spent,
+    namespace: str | None = None,
 ) -> Admission:
-    """Admit ``spec`` or say why not; pure given a pure ``search``."""
+    """Admit ``spec`` or say why not; pure given a pure ``search`` and ``month_spent``.
+
+    ``costs``: the budgets (``$GPUCTL_HOME/config.yaml``, the chart's ``budgets``); ``namespace``: the
+    GPUJob's namespace on Kubernetes (``None`` elsewhere)."""
     refused = policy_refusal(spec)
     if refused is not None:
         return refused
+    try:
+        budget = team_budget(costs, spec.team, namespace)
+    except UserError as err:
+        return Refused(FailureReason.INVALID_SPEC, err.what, err.fix or "")
     try:
         found = search(spec)
     except NoPlacement as err:
@@ -102,8 +125,9 @@ def admit(
             "allow spot-with-fallback, more zones or regions, or other GPU types",
         )
     hourly = first.node_price_usd_per_hour * spec.resources.max_nodes
+    spent = month_spent(budget) if budget.monthly_usd is not None else 0.0
     try:
-        check_submission(spec, hourly, team_month_spent_usd, team_budget_usd)
+        check_submission(spec, hourly, spent, budget)
     except UserError as err:
         return Refused(FailureReason.OVER_BUDGET, err.what, err.fix or "")
     return Admitted(first, hourly)

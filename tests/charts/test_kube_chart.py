@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 from orchestrator.backends.kubernetes.config import RESTRICTED_SECURITY_CONTEXT, KubeConfig
-from orchestrator.costs.budgets import parse_cost_config
+from orchestrator.costs.budgets import parse_cost_config, team_budget
+from orchestrator.errors import UserError
 from orchestrator.notify.config import parse_notify_config
 
 CHART = Path(__file__).resolve().parents[2] / "charts/gpuctl"
@@ -26,7 +27,10 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "checkpoints": {"pvc": {"create": True, "storageClassName": "filestore"}},
         "serviceMonitor": {"enabled": True, "labels": {"release": "prom"}},
         "priceCatalog": {"csv": "cloud,instance_type\n"},
-        "budgets": {"teams": {"ml-research": 1000, "vision": 250.5}},
+        "budgets": {
+            "teams": {"ml-research": 1000, "vision": 250.5},
+            "namespaceTeams": {"ml": ["ml-research"], "research": ["ml-research", "vision"]},
+        },
         "imagePullSecrets": [{"name": "regcred"}],
         "tolerations": [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}],
         "trainerSecurityContext": {"runAsUser": 1000},
@@ -209,3 +213,38 @@ def test_notifications_config_secrets_and_outbox(rendered: dict[str, list[dict[s
     outbox = {v["name"]: v for v in pod(everything)["volumes"]}["outbox"]
     assert outbox["persistentVolumeClaim"] == {"claimName": "gpuctl-outbox"}
     assert "emptyDir" in {v["name"]: v for v in pod(default)["volumes"]}["outbox"]
+
+
+@pytest.mark.parametrize("team", ["ml-research2", "default", "ML-Research", "vision"])
+def test_the_teams_a_namespace_may_charge_reach_the_operator(
+    rendered: dict[str, list[dict[str, Any]]], team: str
+) -> None:
+    (cm,) = by_kind(rendered["everything"], "ConfigMap")
+    config = parse_cost_config(cm["data"]["costs.yaml"])  # what the operator's admission reads
+    assert team_budget(config, "ml-research", "ml").monthly_usd == 1000
+    with pytest.raises(UserError, match=f"team '{team}'"):
+        team_budget(config, team, "ml")  # not ml's team, or no budget of its own: never unlimited
+    assert config.namespaces_charging(team_budget(config, "ml-research", "ml")) == ("ml", "research")
+
+
+def test_unlisted_teams_share_the_other_teams_budget() -> None:
+    (cm,) = by_kind(render({"budgets": {"otherTeamsMonthlyUsd": 0}}), "ConfigMap")
+    config = parse_cost_config(cm["data"]["costs.yaml"])
+    assert team_budget(config, "anyone").monthly_usd == 0.0
+
+
+@pytest.mark.parametrize(
+    ("budgets", "error"),
+    [
+        ({"teams": {"a": -98}}, "/budgets/teams/a"),
+        ({"otherTeamsMonthlyUsd": -1}, "/budgets/otherTeamsMonthlyUsd"),
+        ({"teams": {"a": "lots"}}, "/budgets/teams/a"),
+        (
+            {"namespaceTeams": {"elsewhere": ["a"]}},
+            "budgets.namespaceTeams.elsewhere: namespace elsewhere is not watched",
+        ),
+    ],
+)
+def test_bad_budgets_fail_the_install(budgets: dict[str, Any], error: str) -> None:
+    with pytest.raises(Exception, match=error):
+        render({"budgets": budgets})

@@ -38,3 +38,21 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- toJson (list .Release.Namespace) -}}
 {{- end -}}
 {{- end -}}
+
+{{- /* The operator's cost config (orchestrator/costs/budgets.py) as YAML, or "" without budgets. */ -}}
+{{- define "gpuctl.costConfig" -}}
+{{- $b := .Values.budgets -}}
+{{- $watched := include "gpuctl.namespaces" . | fromJsonArray -}}
+{{- range $ns, $_ := $b.namespaceTeams -}}
+{{- if not (has $ns $watched) -}}
+{{- fail (printf "budgets.namespaceTeams.%s: namespace %s is not watched; add it to watchNamespaces or remove it" $ns $ns) -}}
+{{- end -}}
+{{- end -}}
+{{- $budgets := dict -}}
+{{- if $b.teams -}}{{- $_ := set $budgets "teams" $b.teams -}}{{- end -}}
+{{- if not (kindIs "invalid" $b.otherTeamsMonthlyUsd) -}}{{- $_ := set $budgets "other_teams_monthly_usd" $b.otherTeamsMonthlyUsd -}}{{- end -}}
+{{- if $b.namespaceTeams -}}{{- $_ := set $budgets "namespace_teams" $b.namespaceTeams -}}{{- end -}}
+{{- if $budgets -}}
+{{- dict "budgets" $budgets | toYaml -}}
+{{- end -}}
+{{- end -}}

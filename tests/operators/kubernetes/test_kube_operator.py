@@ -357,7 +357,8 @@ async def test_team_budget_in_the_cost_config_refuses_at_admission(
     cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     config = tmp_path / "costs.yaml"
-    config.write_text("budgets: {teams: {vision: 10}}\n")  # the chart's budgets.teams, mounted
+    # the chart's budgets, mounted: unlisted teams (such as "default") share $100,000 a month
+    config.write_text("budgets: {teams: {vision: 10}, other_teams_monthly_usd: 100000}\n")
     monkeypatch.setenv(COST_CONFIG_ENV, str(config))
     body = gpujob("vision-big", 1)  # 8 H100 on spot: more than $10 an hour
     body["spec"]["team"] = "vision"
@@ -365,7 +366,7 @@ async def test_team_budget_in_the_cost_config_refuses_at_admission(
     job = await job_when(cluster, "vision-big", lambda st: st.get("state") == "FAILED")
     assert job["status"]["failureReason"] == "over_budget"
     assert "team 'vision' has $10.00 left of its $10.00 monthly budget" in job["status"]["message"]
-    await create_job(cluster, "other-team", 1)  # team default: no budget
+    await create_job(cluster, "other-team", 1)  # team default: the unlisted teams' shared budget
     await pods_when(cluster, lambda ps: names(ps) == ["other-team-n0"])
 
 
