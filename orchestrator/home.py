@@ -7,8 +7,12 @@ exists already keeps the permissions it has: a home shared by a team is set up b
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from pathlib import Path
+
+from orchestrator.errors import PermanentError
 
 HOME_ENV = "GPUCTL_HOME"
 HOME_MODE = 0o700
@@ -40,3 +44,35 @@ def create_private_file(path: Path) -> None:
     except FileExistsError:
         return
     os.close(fd)
+
+
+def open_regular_file(path: Path, flags: int, mode: int = 0o666) -> int:
+    """``os.open(path, flags, mode)`` of a regular file only (a file descriptor): a symlink planted at
+    ``path`` is refused, never followed (``O_NOFOLLOW``), and a FIFO or device neither hangs the
+    open (``O_NONBLOCK``) nor is used. Anything but a regular file raises :class:`PermanentError`."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # O_NOFOLLOW met a symlink
+            raise not_regular(path, "a symbolic link") from None
+        if exc.errno == errno.ENXIO:  # a FIFO opened to write with no reader (or a socket)
+            raise not_regular(path, "a FIFO or socket") from None
+        raise
+    kind = stat.S_IFMT(os.fstat(fd).st_mode)
+    if kind != stat.S_IFREG:
+        os.close(fd)
+        raise not_regular(path, _KINDS.get(kind, "not a regular file"))
+    os.set_blocking(fd, True)
+    return fd
+
+
+_KINDS = {stat.S_IFIFO: "a FIFO (named pipe)", stat.S_IFSOCK: "a socket", stat.S_IFDIR: "a folder",
+          stat.S_IFCHR: "a device", stat.S_IFBLK: "a device", stat.S_IFLNK: "a symbolic link"}  # fmt: skip
+
+
+def not_regular(path: Path, kind: str) -> PermanentError:
+    return PermanentError(
+        f"{path} is {kind}, not a regular file: gpuctl does not open it (what is planted there could "
+        "redirect its writes or hang it)",
+        f"remove it (`rm {path}`) if you did not put it there; gpuctl creates the file it needs",
+    )

@@ -11,6 +11,7 @@ from typing import Any
 
 from rich.console import Console
 
+from orchestrator.cli.output import print_notes
 from orchestrator.costs.html import to_html
 from orchestrator.costs.inputs import ReportInputs, read_inputs_file, read_ledger
 from orchestrator.costs.ledger import Window
@@ -19,9 +20,10 @@ from orchestrator.costs.render import TABLE_ROWS, to_csv, to_json, to_table
 from orchestrator.costs.report import GroupBy, Report, build_report, parse_since, parse_window
 from orchestrator.errors import UserError
 from orchestrator.home import home_dir
-from orchestrator.monitor.summary import read_summaries
+from orchestrator.monitor.summary import read_job_windows
 from orchestrator.state import store as store_module
 from orchestrator.state.usage import UsageStore
+from orchestrator.terminal import terminal_text
 
 
 def load_report_inputs(home: Path, since: datetime | None = None) -> ReportInputs:
@@ -41,9 +43,11 @@ def load_report_inputs(home: Path, since: datetime | None = None) -> ReportInput
         if job.id in stored_idle:  # what the controller stored; else the summary files themselves
             idle[job.id] = stored_idle[job.id]
             continue
-        files = sorted((home / "jobs" / job.id).glob("monitor-summary*.jsonl"))
-        if files:  # GPU-seconds below the idle threshold, summed over the monitor's windows and GPUs
-            idle[job.id] = sum(float(w["idle_seconds"]) for f in files for w in read_summaries(f)) / 3600.0
+        windows = read_job_windows(sorted((home / "jobs" / job.id).glob("monitor-summary*.jsonl")))
+        if windows:  # GPU-seconds below the idle threshold, summed over the monitor's windows and GPUs
+            idle[job.id] = sum(w.idle_seconds for w in windows) / 3600.0
+    if isinstance(store, store_module.JobStore):
+        print_notes(store.damaged.values())  # damaged rows left out of the report
     return dataclasses.replace(inputs, lost={**inputs.lost, **lost}, idle=idle or inputs.idle)
 
 
@@ -103,6 +107,9 @@ def run_report(args: argparse.Namespace) -> int:
                 f"cannot write {args.out}: {exc.strerror}", "choose a writable path for --out"
             ) from exc
         print(f"wrote {args.output} report to {args.out}")
-    else:
-        print(text, end="" if text.endswith("\n") else "\n")
+    elif args.output == "json":
+        print(text, end="" if text.endswith("\n") else "\n")  # JSON escapes controls itself
+    else:  # a table, CSV or HTML on standard output: nothing in a name may drive the terminal
+        lines = text.replace("\r\n", "\n").split("\n")
+        print("\n".join(terminal_text(line, multiline=True) for line in lines).rstrip("\n"))
     return 0

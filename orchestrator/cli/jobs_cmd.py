@@ -7,6 +7,7 @@ import os
 import sys
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -15,14 +16,15 @@ from rich.live import Live
 from orchestrator import extras
 from orchestrator.backends import monitoring
 from orchestrator.backends.base import Backend
-from orchestrator.backends.local.backend import LocalBackend
+from orchestrator.backends.local.backend import LocalBackend, attempt_folders
 from orchestrator.backends.local.market import SimulatedMarket, parse_schedule, preemption_schedule
 from orchestrator.backends.progress import read_progress
 from orchestrator.backends.slurm import SlurmBackend, load_cluster_config
 from orchestrator.backends.slurm.config import CONFIG_ENV as SLURM_CONFIG_ENV
 from orchestrator.backends.slurm.placements import own_placements
 from orchestrator.cli import kube_jobs, slurm_cmd
-from orchestrator.cli.output import add_output_option, print_json
+from orchestrator.cli.log_files import LogFile, print_new_lines
+from orchestrator.cli.output import add_output_option, print_json, print_notes
 from orchestrator.cli.secret_checks import check_references_now, warn_plain_secrets
 from orchestrator.cli.status_document import local_document
 from orchestrator.cli.views import live_table, print_jobs, print_status, summary_lines
@@ -35,11 +37,14 @@ from orchestrator.errors import NotFoundError, SpecError, UserError
 from orchestrator.home import home_dir
 from orchestrator.spec import JobSpec, load_spec_file, parse_deadline
 from orchestrator.state.forecast import forecast
+from orchestrator.state.job_state import JobState
 from orchestrator.state.records import JobRecord
+from orchestrator.state.row_check import DamagedRow
 from orchestrator.state.state_rows import load_state
 from orchestrator.state.status import JobStatus
 from orchestrator.state.store import JobStore
 from orchestrator.state.usage import UsageStore
+from orchestrator.terminal import terminal_text
 
 BACKENDS = ["local", "slurm"]
 """Backends a gpuctl controller drives (on SLURM it runs on a login node)."""
@@ -104,6 +109,8 @@ def register(sub: Any) -> None:
     _backend_options(p)
     p.add_argument("job")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")
+    p.add_argument("--tail", type=_lines, metavar="N",
+                   help="start each output file at its last N lines (default: from its start)")  # fmt: skip
     p.set_defaults(run=run_logs)
 
     p = sub.add_parser("cancel", help="cancel a job (its nodes get the notice, then stop)")
@@ -118,6 +125,12 @@ def register(sub: Any) -> None:
     _cluster_config_option(p.add_argument_group("SLURM"))
     p.add_argument("--exit-when-idle", action="store_true", help="exit once no job is left to run")
     p.set_defaults(run=run_controller)
+
+
+def _lines(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"not a number of lines: {text!r}")
+    return int(text)
 
 
 def _backend_options(p: argparse.ArgumentParser) -> None:
@@ -172,13 +185,17 @@ def run_submit(args: argparse.Namespace) -> int:
     costs = load_cost_config(home_dir() / "config.yaml")
     warn_plain_secrets(spec)
     if args.backend == "kubernetes":
-        return kube_jobs.submit(spec, args.namespace, args.detach, costs.team_budget(spec.team), now)
+        return kube_jobs.submit(spec, args.namespace, args.detach, costs, now)
     _use_cluster_config(args)
     store = JobStore()
     backend = make_backend(args.backend, store, launches=True)
     # Unknown policies and GPU types, impossible zones and budgets fail before anything is stored.
-    spent = team_month_spent(store.list_jobs(), store.segments(), spec.team, now)
-    decision = admit(spec, lambda s: _backend_candidates(s, backend), spent, costs.team_budget(spec.team))
+    decision = admit(
+        spec,
+        lambda s: _backend_candidates(s, backend),
+        costs,
+        lambda budget: team_month_spent(store.list_jobs(), store.segments(), budget.counts, now),
+    )
     if isinstance(decision, Refused):
         raise decision.error()
     backend.own_placements(spec)  # SLURM: the preflight (partitions and GRES types exist, via sinfo)
@@ -242,13 +259,17 @@ def _follow(store: JobStore, job_id: str, controller: Controller | None) -> int:
 
 
 def _document(store: JobStore, job_id: str) -> dict[str, Any]:
+    """The job's status document; rows of it that are damaged are left out (and noted in ``store``)."""
     job = store.job(job_id)
     progress = read_progress(store.job_dir(job.id) / "progress.jsonl")
     usage = UsageStore(store).usage(job.id)
-    state = load_state(store, job.id)
+    try:
+        state: JobState | None = load_state(store, job.id)
+    except DamagedRow:  # shown without what its engine state adds (why it waits, the forecast)
+        state = None
     found = (
         forecast(state, datetime.now(UTC), job.deadline, _budget(job))
-        if job.status is JobStatus.RUNNING
+        if state is not None and job.status is JobStatus.RUNNING
         else None
     )
     document = local_document(job, store.segments(job.id), progress, store.summary(job.id), gpu_usage=usage,
@@ -268,7 +289,14 @@ def run_list(args: argparse.Namespace) -> int:
     if args.backend == "kubernetes":
         return kube_jobs.list_jobs(args.namespace, args.output)
     store = JobStore(read_only=True)
-    print_jobs([_document(store, j.id) for j in store.list_jobs()], args.output)
+    docs = []
+    for job in store.list_jobs():  # a damaged job is left out, and noted
+        try:
+            docs.append(_document(store, job.id))
+        except DamagedRow:
+            continue
+    print_jobs(docs, args.output)
+    print_notes(store.damaged.values())
     return 0
 
 
@@ -279,7 +307,8 @@ def run_status(args: argparse.Namespace) -> int:
         _use_cluster_config(args)
         return slurm_cmd.status(args.job, load_cluster_config(), args.output)
     store = JobStore(read_only=True)
-    print_status(_document(store, store.job(args.job).id), args.output)
+    print_status(_document(store, store.job(args.job).id), args.output)  # a damaged job: the error
+    print_notes(store.damaged.values())  # rows of it left out
     return 0
 
 
@@ -290,20 +319,27 @@ def run_events(args: argparse.Namespace) -> int:
         events = kube_jobs.job_events(args.job, args.namespace)
     else:
         store = JobStore(read_only=True)
-        job = _stored_job(store, args.job, args.backend)
-        events = [{"time": e.time.isoformat(timespec="seconds"), "kind": e.kind, "message": e.message}
-                  for e in store.events(job.id)]  # fmt: skip
+        try:
+            events = _stored_events(store, _stored_job(store, args.job, args.backend))
+        except DamagedRow as damage:  # its jobs row: its events still tell what happened
+            events = _stored_events(store, damage.job_id)
+        print_notes(store.damaged.values())
     if args.output == "json":
         print_json(events)
         return 0
     for e in events:
-        print(f"{e['time']}  {e['kind']:<18} {e['message']}")
+        print(terminal_text(f"{e['time']}  {e['kind']:<18} {e['message']}"))
     return 0
 
 
-def _stored_job(store: JobStore, name_or_id: str, backend: str) -> JobRecord:
+def _stored_events(store: JobStore, job_id: str) -> list[dict[str, str]]:
+    return [{"time": e.time.isoformat(timespec="seconds"), "kind": e.kind, "message": e.message}
+            for e in store.events(job_id)]  # fmt: skip
+
+
+def _stored_job(store: JobStore, name_or_id: str, backend: str) -> str:
     try:
-        return store.job(name_or_id)
+        return store.job(name_or_id).id
     except NotFoundError:
         if backend != "slurm":
             raise
@@ -316,21 +352,21 @@ def _stored_job(store: JobStore, name_or_id: str, backend: str) -> JobRecord:
 
 def run_logs(args: argparse.Namespace) -> int:
     if args.backend == "kubernetes":
-        return kube_jobs.logs(args.job, args.namespace, follow=args.follow)
+        return kube_jobs.logs(args.job, args.namespace, follow=args.follow, tail=args.tail)
     store = JobStore()
     job = store.job(args.job)
     backend = make_backend(job.backend, store)
-    offsets: dict[str, int] = {}
+    if isinstance(backend, LocalBackend):
+        for other in attempt_folders(store.job_dir(job.id))[1]:
+            print(terminal_text(f"gpuctl: note: skipped {other}: not an attempt-<number> folder of gpuctl"),
+                  file=sys.stderr)  # fmt: skip
+    files: dict[Path, LogFile] = {}
     while True:
         for path in backend.log_paths(job.id):
-            with open(path, "rb") as fh:
-                fh.seek(offsets.get(str(path), 0))
-                data = fh.read()
-                offsets[str(path)] = fh.tell()
-            if data:
+            if path not in files:
                 prefix = f"[{path.parent.parent.name}/{path.parent.name.rsplit('-', 1)[-1]}] "
-                for line in data.decode("utf-8", "replace").splitlines():
-                    print(prefix + line)
+                files[path] = LogFile(path, prefix)
+            print_new_lines(files[path], args.tail)
         if not args.follow or store.job(job.id).status.terminal:
             return 0
         sys.stdout.flush()

@@ -18,11 +18,12 @@ from orchestrator.backends.kubernetes.manifests import check_kube_env
 from orchestrator.cli.output import usd
 from orchestrator.cli.status_document import kubernetes_document
 from orchestrator.cli.views import print_jobs, print_status
-from orchestrator.controller.admission import Refused, admit
+from orchestrator.controller.admission import NO_BUDGETS, Refused, admit
 from orchestrator.controller.placement import catalog_candidates
-from orchestrator.costs.budgets import gpujob_month_spent
+from orchestrator.costs.budgets import CostConfig, TeamBudget, gpujob_month_spent
 from orchestrator.errors import GpuctlError, NotFoundError, PermanentError
 from orchestrator.spec import JobSpec
+from orchestrator.terminal import terminal_text
 
 TERMINAL_STATES = ("SUCCEEDED", "FAILED", "CANCELLED")
 FOLLOW_POLL_S = 2.0
@@ -40,21 +41,24 @@ def gpujob_document(obj: dict[str, Any]) -> dict[str, Any]:
     return kubernetes_document(obj).as_json()
 
 
-def admit_gpujob(spec: JobSpec, namespace: str, team_budget_usd: float | None, now: datetime) -> None:
+def admit_gpujob(spec: JobSpec, namespace: str, costs: CostConfig, now: datetime) -> None:
     """Refuse, before any GPUJob is created, what the operator would refuse: priced by the catalog
     the operator uses (``$GPUCTL_PRICE_CATALOG`` when set, as the chart sets it for the operator),
     the team's month spend from the costs in its GPUJobs' status in ``namespace`` (listed only when
     the team has a budget; a user not allowed to list them is told so, and the operator checks it)."""
-    spent = 0.0
-    if team_budget_usd is not None:
+
+    def spent(budget: TeamBudget) -> float:
         try:
-            spent = gpujob_month_spent(client.list_gpujobs(namespace), spec.team, now)
+            return gpujob_month_spent(client.list_gpujobs(namespace), budget.counts, now)
         except PermanentError as err:
             print(
-                f"gpuctl: note: team spend taken as 0 (the operator checks it): {err.what}", file=sys.stderr
+                terminal_text(f"gpuctl: note: team spend taken as 0 (the operator checks it): {err.what}"),
+                file=sys.stderr,
             )
+            return 0.0
+
     catalog = os.environ.get(PRICE_CATALOG_ENV)
-    decision = admit(spec, lambda s: catalog_candidates(s, catalog), spent, team_budget_usd)
+    decision = admit(spec, lambda s: catalog_candidates(s, catalog), costs, spent, namespace)
     if isinstance(decision, Refused):
         raise decision.error()
 
@@ -63,12 +67,12 @@ def submit(
     spec: JobSpec,
     namespace: str,
     detach: bool,
-    team_budget_usd: float | None = None,
+    costs: CostConfig = NO_BUDGETS,
     now: datetime | None = None,
     poll_s: float = 2.0,
 ) -> int:
     check_kube_env(spec, f"job '{spec.name}'")  # from_env cannot reach pods
-    admit_gpujob(spec, namespace, team_budget_usd, now or datetime.now(UTC))
+    admit_gpujob(spec, namespace, costs, now or datetime.now(UTC))
     client.create_gpujob(spec, namespace)
     name = spec.name  # the GPUJob is named after the job
     print(f"gpujob/{name} created in namespace {namespace}", flush=True)
@@ -78,12 +82,12 @@ def submit(
     while True:
         doc = gpujob_document(client.get_gpujob(name, namespace))
         if doc["state"] != last:
-            print(f"{datetime.now(UTC).isoformat(timespec='seconds')}  {doc['state']}", flush=True)
+            when = datetime.now(UTC).isoformat(timespec="seconds")
+            print(terminal_text(f"{when}  {doc['state']}"), flush=True)
             last = doc["state"]
         if doc["state"] in TERMINAL_STATES:
-            print(
-                f"cost {usd(doc['cost_usd'])} USD, attempts {doc['attempts']}, preemptions {doc['preemptions']}"
-            )
+            ended = f"cost {usd(doc['cost_usd'])} USD, attempts {doc['attempts']}, preemptions {doc['preemptions']}"
+            print(terminal_text(ended))
             return 0 if doc["state"] == "SUCCEEDED" else 1
         time.sleep(poll_s)
 
@@ -119,7 +123,8 @@ def job_events(name: str, namespace: str) -> list[dict[str, str]]:
     try:
         posted = client.list_gpujob_events(name, namespace)
     except PermanentError as err:
-        print(f"gpuctl: note: only the GPUJob's conditions: {err.message}", file=sys.stderr)
+        note = f"gpuctl: note: only the GPUJob's conditions: {err.message}"
+        print(terminal_text(note, multiline=True), file=sys.stderr)
         posted = []
     for event in posted:
         kind = str(event.get("reason") or event.get("type") or "Event")
@@ -130,10 +135,10 @@ def job_events(name: str, namespace: str) -> list[dict[str, str]]:
     return [{**e, "time": _when(e["time"]).isoformat(timespec="seconds")} for e in found]
 
 
-def logs(name: str, namespace: str, follow: bool = False) -> int:
+def logs(name: str, namespace: str, follow: bool = False, tail: int | None = None) -> int:
     """The trainer output of the job's pods, each line headed by its pod. ``follow``: keep reading, by
     polling, until the GPUJob is terminal (or deleted); a pod started again under the same name (a new
-    attempt) is printed from its first line."""
+    attempt) is printed from its first line. ``tail``: each pod's last lines only, at first."""
     printed: dict[str, int] = {}  # pod uid -> lines printed
     while True:
         try:
@@ -149,22 +154,24 @@ def logs(name: str, namespace: str, follow: bool = False) -> int:
                 f"job {name} has no pods in namespace {namespace}", "check `kubectl get gj -n NS`"
             )
         for pod in pods:
-            _print_new_lines(pod, namespace, printed)
+            _print_new_lines(pod, namespace, printed, tail)
         sys.stdout.flush()
         if ended or not follow:
             return 0
         time.sleep(FOLLOW_POLL_S)
 
 
-def _print_new_lines(pod: dict[str, Any], namespace: str, printed: dict[str, int]) -> None:
+def _print_new_lines(pod: dict[str, Any], namespace: str, printed: dict[str, int], tail: int | None) -> None:
     pod_name = str(pod["metadata"]["name"])
     key = str(pod["metadata"].get("uid") or pod_name)
     try:
         lines = client.read_container_log(pod_name, namespace, TRAINER).splitlines()
     except GpuctlError:  # not started yet (400), gone since listed (404), kubelet unreachable: next time
         return
-    for line in lines[printed.get(key, 0) :]:
-        print(f"[{pod_name}] {line}")
+    if key not in printed and tail is not None:
+        printed[key] = max(0, len(lines) - tail)
+    for line in lines[printed.get(key, 0) :]:  # the job's own output, but no escape sequence of it
+        print(terminal_text(f"[{pod_name}] {line}", multiline=True))
     printed[key] = len(lines)
 
 

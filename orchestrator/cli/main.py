@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from orchestrator import __version__
 from orchestrator.errors import GpuctlError
+from orchestrator.terminal import terminal_text
 
 COMMAND_MODULES = [
     "orchestrator.cli.spec_cmd",
@@ -50,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = run(args)
         return code
     except GpuctlError as err:
-        print(f"gpuctl: error: {err.message}", file=sys.stderr)
+        print(terminal_text(f"gpuctl: error: {err.message}", multiline=True), file=sys.stderr)
         return err.exit_code
     except BrokenPipeError:  # `gpuctl ... | head`: the reader left; not an error of ours
         import os

@@ -6,13 +6,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from collections.abc import Callable, Sequence
+import sys
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
+
+from orchestrator.errors import GpuctlError
+from orchestrator.terminal import terminal_text
 
 TABLE, WIDE, JSON = "table", "wide", "json"
 
@@ -33,8 +37,16 @@ def usd(amount: float | None) -> str:
     return "-" if amount is None else f"{amount:.4f}"
 
 
+def print_notes(problems: Iterable[GpuctlError]) -> None:
+    """One note on standard error per problem met on the way (a damaged row skipped): what, and the fix."""
+    for problem in problems:
+        print(terminal_text(f"gpuctl: note: {problem.message}", multiline=True), file=sys.stderr)
+
+
 def print_json(data: Any) -> None:
-    print(json.dumps(data, indent=2))
+    """Strict JSON (RFC 8259): no NaN or Infinity. What gpuctl prints is checked when it is read (the
+    progress and monitor records a job writes included), so a non-finite number here is a bug."""
+    print(json.dumps(data, indent=2, allow_nan=False))
 
 
 def terminal_console() -> Console:
@@ -63,7 +75,8 @@ def fitted_table(columns: Sequence[Column], rows: Sequence[dict[str, Any]], widt
     """The table of ``rows`` within ``width`` columns: optional columns are dropped (highest ``drop``
     first) until it fits; kept columns are never truncated. ``wide``: every column, whatever the width."""
     shown = [c for c in columns if wide or not c.wide_only]
-    cells = {c.header: [c.cell(r) for r in rows] for c in shown}
+    # each cell is a Text (never read as markup) of terminal-safe text (no escape sequences)
+    cells = {c.header: [terminal_text(c.cell(r)) for r in rows] for c in shown}
     measuring = Console(width=100_000)  # a table's measure is capped at the console's width
     while True:
         table = Table(title=Text(title, style="table.title") if title else None)
@@ -73,7 +86,7 @@ def fitted_table(columns: Sequence[Column], rows: Sequence[dict[str, Any]], widt
             table.add_column(c.header, justify="right" if c.right else "left", no_wrap=kept,
                              overflow="fold", min_width=longest if kept else None)  # fmt: skip
         for i in range(len(rows)):
-            table.add_row(*(Text(cells[c.header][i]) for c in shown))  # never read as markup
+            table.add_row(*(Text(cells[c.header][i]) for c in shown))
         optional = [c for c in shown if c.drop is not None]
         if wide or not optional or measuring.measure(table).maximum <= width:
             return table

@@ -1,5 +1,9 @@
 """What the CLI shows of a job's status document (orchestrator/cli/status_document.py) as text: the
-live panel, the summary of ``gpuctl status``, and the table of ``gpuctl list``. Same on every backend."""
+live panel, the summary of ``gpuctl status``, and the table of ``gpuctl list``. Same on every backend.
+
+A document holds what job code, another user or a cluster wrote (names, teams, messages, metrics
+names, conditions): every text shown here goes through :func:`terminal_text` (no escape sequences)
+and, in rich tables, as a :class:`Text` (never read as markup)."""
 
 from __future__ import annotations
 
@@ -10,41 +14,55 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from orchestrator.cli.output import JSON, WIDE, Column, fitted_table, print_json, terminal_console, usd
+from orchestrator.cli.output import (
+    JSON,
+    WIDE,
+    Column,
+    fitted_table,
+    print_json,
+    terminal_console,
+    usd,
+)
 from orchestrator.spec import format_duration
+from orchestrator.terminal import terminal_text
 
 SIMULATED_NOTE = "costs are simulated: local nodes are priced as the cloud instance they stand for"
 
 
+def _text(value: str) -> Text:
+    """A table value: shown as it is (never read as markup), with no escape sequence."""
+    return Text(terminal_text(value))
+
+
 def live_table(doc: dict[str, Any], waiting_reason: str | None) -> Table:
-    # every value is a Text: a name or message is shown as it is, never read as markup
-    title = Text(f"gpuctl job {doc['id']}", style="table.title")
+    title = Text(terminal_text(f"gpuctl job {doc['id']}"), style="table.title")
     table = Table(title=title, show_header=False, expand=False)
     table.add_column("what", style="bold")
     table.add_column("value")
     state = doc["state"]
     if waiting_reason:
         state += f" ({waiting_reason})"
-    table.add_row("state", Text(state))
+    table.add_row("state", _text(state))
     progress = doc.get("progress")
     if progress:
         total = f"/{progress['total_steps']}" if progress.get("total_steps") else ""
         loss = f"{progress['loss']:.4f}" if progress.get("loss") is not None else "-"
         table.add_row(
-            "step", Text(f"{progress['step']}{total}   loss {loss}   world size {progress.get('world_size')}")
+            "step",
+            _text(f"{progress['step']}{total}   loss {loss}   world size {progress.get('world_size')}"),
         )
     seg = doc["segments"][-1] if doc["segments"] else None
     if seg:
         where = (
             f"{seg['nodes']} x {seg['gpu_type']} {seg['market']} in {seg['zone']} ({seg['instance_type']})"
         )
-        table.add_row("running on", Text(where if not seg["ended_at"] else f"(last) {where}"))
-    table.add_row("attempts", f"{doc['attempts']}   preemptions {doc['preemptions']}")
+        table.add_row("running on", _text(where if not seg["ended_at"] else f"(last) {where}"))
+    table.add_row("attempts", _text(f"{doc['attempts']}   preemptions {doc['preemptions']}"))
     if doc.get("forecast"):
-        table.add_row("forecast", Text(forecast_line(doc["forecast"])))
+        table.add_row("forecast", _text(forecast_line(doc["forecast"])))
     table.add_row(
         "cost so far",
-        Text(
+        _text(
             f"{usd(doc['cost_usd'])} USD (on-demand would be {usd(doc['on_demand_equivalent_usd'])} USD)"
             + ("  [simulated]" if doc["cost_is_simulated"] else "")
         ),
@@ -53,6 +71,11 @@ def live_table(doc: dict[str, Any], waiting_reason: str | None) -> Table:
 
 
 def summary_lines(doc: dict[str, Any]) -> list[str]:
+    """``gpuctl status`` as lines of terminal-safe text (:func:`terminal_text`)."""
+    return [terminal_text(line) for line in _summary_lines(doc)]
+
+
+def _summary_lines(doc: dict[str, Any]) -> list[str]:
     failure = f" ({doc['failure_reason']})" if doc["failure_reason"] else ""
     lines = [f"job {doc['id']} {doc['state']}{failure}: {doc['message'] or '-'}"]
     if doc.get("waiting_reason"):

@@ -12,7 +12,10 @@ unexpected exception: a gpuctl bug or data it did not expect) is *permanent*: th
 (``invalid_spec`` or ``internal_error``) with an event. A fault around it (a backend command or the
 cluster manager failing, a busy database, a missing tool: :class:`~orchestrator.errors.GpuctlError`,
 ``OSError``) is *transient*: the job stays as it is and the next tick tries again; the error is
-logged and recorded as one event until it changes or clears, never once per tick.
+logged and recorded as one event until it changes or clears, never once per tick. A job whose rows in
+the store are damaged (:class:`~orchestrator.state.row_check.DamagedRow`: a status, time or JSON
+gpuctl cannot read) is skipped the same way: reported once, left as it is until someone repairs the
+row, while every other job ticks.
 """
 
 from __future__ import annotations
@@ -26,7 +29,6 @@ import sys
 import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import IO
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
@@ -37,6 +39,7 @@ from orchestrator.costs.budgets import load_cost_config
 from orchestrator.costs.inputs import read_ledger
 from orchestrator.costs.schedule import register_report_job
 from orchestrator.errors import GpuctlError, InternalError, SpecError
+from orchestrator.home import PRIVATE_FILE_MODE, open_regular_file
 from orchestrator.notify import DeliveryWorker, Outbox, Pending, RetryPolicy, Sender, load_notify_config
 from orchestrator.state.status import FailureReason
 from orchestrator.state.store import JobStore, StoreWrites
@@ -52,39 +55,44 @@ KEEP_TICKING_AFTER_END = timedelta(minutes=2)
 
 
 class ControllerLock:
+    """The controller's lock file, opened as a regular file only (:func:`open_regular_file`): a
+    symlink planted at its path is refused, never followed, so taking the lock never writes elsewhere."""
+
     def __init__(self, home: Path, backend: str = "local") -> None:
         self.path = home / ("controller.lock" if backend == "local" else f"controller-{backend}.lock")
-        self._fh: IO[str] | None = None
+        self._fd: int | None = None
+
+    def _open(self) -> int:
+        return open_regular_file(self.path, os.O_RDWR | os.O_CREAT)
 
     def acquire(self) -> bool:
-        fh = open(self.path, "a+")  # noqa: SIM115 - held for the process lifetime
+        fd = self._open()
         try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            fh.close()
+            os.close(fd)
             return False
-        fh.seek(0)
-        fh.truncate()
-        fh.write(str(os.getpid()))
-        fh.flush()
-        self._fh = fh
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        self._fd = fd
         return True
 
     def held_elsewhere(self) -> bool:
-        if self._fh is not None:
+        if self._fd is not None:
             return False
-        with open(self.path, "a+") as fh:
-            try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return True
-            fcntl.flock(fh, fcntl.LOCK_UN)
-            return False
+        fd = self._open()
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)  # closing releases the lock
+        return False
 
     def release(self) -> None:
-        if self._fh is not None:
-            self._fh.close()
-            self._fh = None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 class Controller:
@@ -114,7 +122,10 @@ class Controller:
     def tick_all(self) -> None:
         now = datetime.now(UTC)
         busy = False
-        for job in self.store.list_jobs():
+        jobs, damaged = self.store.scan_jobs()
+        for damage in damaged:  # not ticked (what it is cannot be read): reported once, until repaired
+            self._note_error(damage.job_id, damage, now)
+        for job in jobs:
             if job.backend != self.backend.name:
                 continue
             if job.status.terminal and now - job.updated_at > KEEP_TICKING_AFTER_END:
@@ -217,11 +228,12 @@ def _clip(text: str, limit: int) -> str:
 
 def spawn_background_controller(home: Path, backend: str) -> int:
     """Start ``gpuctl controller run`` detached from this terminal; returns its PID."""
-    log_file = open(home / ("controller.log" if backend == "local" else f"controller-{backend}.log"), "ab")  # noqa: SIM115 - handed to the child
+    log_path = home / ("controller.log" if backend == "local" else f"controller-{backend}.log")
+    log_file = open_regular_file(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, PRIVATE_FILE_MODE)
     proc = subprocess.Popen(
         [sys.executable, "-m", "orchestrator.cli", "controller", "run", "--backend", backend, "--exit-when-idle"],
         env={**os.environ, "GPUCTL_HOME": str(home)}, start_new_session=True,
         stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
     )  # fmt: skip
-    log_file.close()
+    os.close(log_file)
     return proc.pid

@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from orchestrator.state.forecast import forecast
+from orchestrator.state.row_check import DamagedRow
 from orchestrator.state.state_rows import load_state
 from orchestrator.state.status import JobStatus
 from orchestrator.state.store import JobStore
@@ -20,7 +21,11 @@ def costs_to_finish(store: JobStore, now: datetime) -> dict[str, float]:
     for job in store.list_jobs():
         if job.status is not JobStatus.RUNNING:
             continue
-        predicted = forecast(load_state(store, job.id), now)
+        try:
+            state = load_state(store, job.id)
+        except DamagedRow:  # noted in the store, which the report's command shows
+            continue
+        predicted = forecast(state, now)
         if predicted is not None:
             found[job.id] = predicted.cost_to_finish_usd
     return found

@@ -15,15 +15,17 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import os
 import shutil
 import sqlite3
+import stat
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from urllib.request import pathname2url
 
 from orchestrator.errors import GpuctlError, InternalError, PermanentError, TemporaryError
-from orchestrator.home import create_private_file, ensure_home
+from orchestrator.home import create_private_file, ensure_home, not_regular, open_regular_file
 
 APPLICATION_ID = 0x67707563
 """``PRAGMA application_id`` of a gpuctl job store (the bytes "gpuc")."""
@@ -133,7 +135,9 @@ def _create_or_upgrade(home: Path, path: Path) -> None:
     at once ("busy"), whatever the busy timeout."""
     try:
         ensure_home(home)
-        lock = open(path.with_name(path.name + ".init-lock"), "a")  # noqa: SIM115 - closed below
+        lock = open_regular_file(
+            path.with_name(path.name + ".init-lock"), os.O_WRONLY | os.O_CREAT | os.O_APPEND
+        )
     except OSError:  # a read-only home: nothing to serialise with; the writes below say what is wrong
         _create_or_upgrade_once(home, path)
         return
@@ -141,7 +145,7 @@ def _create_or_upgrade(home: Path, path: Path) -> None:
         fcntl.flock(lock, fcntl.LOCK_EX)
         _create_or_upgrade_once(home, path)
     finally:
-        lock.close()  # closing releases the lock
+        os.close(lock)  # closing releases the lock
 
 
 def _create_or_upgrade_once(home: Path, path: Path) -> None:
@@ -228,6 +232,7 @@ def _read_only_uri(path: Path, immutable: bool) -> str:
 
 def connect(path: Path, read_only: bool) -> sqlite3.Connection:
     """A connection in autocommit mode (transactions are explicit), rows as :class:`sqlite3.Row`."""
+    check_regular_files(path)
     try:
         if read_only:
             conn = _connect_read_only(path)
@@ -246,6 +251,19 @@ def connect(path: Path, read_only: bool) -> sqlite3.Connection:
             f"cannot create the job store {path}: {exc.strerror}",
             "make the gpuctl home writable, or set GPUCTL_HOME to a folder you can write",
         ) from exc
+
+
+def check_regular_files(path: Path) -> None:
+    """Refuse a store whose file, ``-wal`` or ``-shm`` is a symlink or anything but a regular file:
+    SQLite would follow a link planted there and write where it points."""
+    for found in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        try:
+            mode = found.lstat().st_mode
+        except OSError:  # missing (SQLite creates it), or not ours to see: SQLite says what is wrong
+            continue
+        if not stat.S_ISREG(mode):
+            kind = "a symbolic link" if stat.S_ISLNK(mode) else "not a regular file"
+            raise not_regular(found, kind)
 
 
 def _connect_read_only(path: Path) -> sqlite3.Connection:

@@ -23,6 +23,7 @@ from orchestrator.state.job_state import (
     SegmentState,
 )
 from orchestrator.state.records import SegmentRecord
+from orchestrator.state.row_check import DamagedRow
 from orchestrator.state.store import JobStore
 from orchestrator.state.watch import WaitReason, WatchState
 
@@ -44,31 +45,69 @@ def segment_state(record: SegmentRecord) -> SegmentState:
 
 
 def load_state(store: JobStore, job_id: str) -> JobState:
+    """The job's state from its rows; :class:`DamagedRow` (noted in the store) when one of them, or
+    what its JSON columns hold, cannot be read: the controller must not act on part of a job."""
     job = store.job(job_id)
-    placement = store.attempt_placement(job.id, job.attempts) if job.attempts else None
     nodes = store.nodes(job.id, job.attempts) if job.attempts else []
+    segments = store.segments(job.id, strict=True)
+    placement = _placement(store, job.id, job.attempts)
     options = store.job_options(job.id)
-    sizing = options.get("right_size")
+    try:
+        kept = _kept_options(options, job.attempts)
+    except (
+        ValueError,
+        TypeError,
+        KeyError,
+        AttributeError,
+    ) as exc:  # pydantic's ValidationError is a ValueError
+        what = f"the options gpuctl keeps for a job ({type(exc).__name__})"
+        raise store.note_damage(_options_damage(store, job.id, options, what)) from None
     return JobState(
         status=job.status,
         failure_reason=job.failure_reason,
         message=job.message,
         attempt=job.attempts,
-        placement=PlacementState.model_validate(placement) if placement else None,
+        placement=placement,
         attempt_nodes=tuple(
             NodeState(node_id=n.node_id, launch=NodeLaunch(n.launch_state), notice_at=n.notice_at)
             for n in nodes
         ),
-        segments=tuple(segment_state(s) for s in store.segments(job.id)),
+        segments=tuple(segment_state(s) for s in segments),
         restarts=job.restarts,
         preemptions=job.preemptions,
-        preempted_in_attempt=bool(options.get("preempted_in_attempt", {}).get(str(job.attempts))),
-        right_size=RightSizePick(gpu_type=sizing["gpu_type"], apply=bool(sizing["apply"]))
+        **kept,
+    )
+
+
+def _placement(store: JobStore, job_id: str, attempt: int) -> PlacementState | None:
+    found = store.attempt_placement(job_id, attempt) if attempt else None
+    if not found:
+        return None
+    try:
+        return PlacementState.model_validate(found)
+    except ValueError:  # pydantic's ValidationError
+        damage = DamagedRow(store.path, job_id, "attempts", "placement_json", found,
+                            "a placement gpuctl wrote", f"attempts:{job_id}:{attempt}.placement_json")  # fmt: skip
+        raise store.note_damage(damage) from None
+
+
+def _kept_options(options: dict[str, Any], attempt: int) -> dict[str, Any]:
+    """The :class:`JobState` fields kept in the job's options."""
+    sizing = options.get("right_size")
+    return {
+        "preempted_in_attempt": bool(options.get("preempted_in_attempt", {}).get(str(attempt))),
+        "right_size": RightSizePick(gpu_type=sizing["gpu_type"], apply=bool(sizing["apply"]))
         if sizing
         else None,
-        budget_alerts=tuple(int(p) for p in options.get("budget_alerts", ())),
-        watch=WatchState.model_validate(options.get("watch") or {}),
-        waiting=WaitReason.model_validate(options["waiting"]) if options.get("waiting") else None,
+        "budget_alerts": tuple(int(p) for p in options.get("budget_alerts", ())),
+        "watch": WatchState.model_validate(options.get("watch") or {}),
+        "waiting": WaitReason.model_validate(options["waiting"]) if options.get("waiting") else None,
+    }
+
+
+def _options_damage(store: JobStore, job_id: str, options: dict[str, Any], what: str) -> DamagedRow:
+    return DamagedRow(
+        store.path, job_id, "jobs", "options_json", options, what, f"jobs:{job_id}.options_json"
     )
 
 

@@ -5,11 +5,17 @@ either the old or the new state. Status changes go through :meth:`JobStore.trans
 the transitions table and writes the event in the same transaction. A store opened ``read_only``
 never writes, nor locks out a writer. Opening, the schema version and the mapping of SQLite's errors
 to gpuctl's are :mod:`orchestrator.state.database`'s.
+
+A damaged row (a column gpuctl cannot read: :mod:`orchestrator.state.row_check`) never stops the
+others: what lists many rows (:meth:`JobStore.list_jobs`, :meth:`JobStore.segments`,
+:meth:`JobStore.events`) skips it, what reads one job's rows raises :class:`DamagedRow`, and both note
+it once in :attr:`JobStore.damaged` (and the log) for the command to report.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import secrets
 import sqlite3
 from collections.abc import Iterator, Sequence
@@ -22,20 +28,16 @@ from typing import Any
 from orchestrator.errors import InternalError, NotFoundError
 from orchestrator.home import HOME_MODE, home_dir
 from orchestrator.state import database
+from orchestrator.state.job_state import NodeLaunch
 from orchestrator.state.records import EventRecord, JobRecord, SegmentRecord
+from orchestrator.state.row_check import DamagedRow, Row
 from orchestrator.state.status import FailureReason, JobStatus, check_transition
+
+log = logging.getLogger(__name__)
 
 
 def _ts(moment: datetime | None) -> str | None:
     return None if moment is None else moment.astimezone(UTC).isoformat()
-
-
-def _dt(text: str | None) -> datetime | None:
-    return None if text is None else datetime.fromisoformat(text)
-
-
-def _req_dt(text: str) -> datetime:
-    return datetime.fromisoformat(text)
 
 
 def open_store(home: Path | None = None, read_only: bool = False) -> JobStore:
@@ -68,6 +70,18 @@ class JobStore:
         self.path = self.home / "gpuctl.db"
         database.prepare(self.home, self.path, read_only)
         self._connections = database.ThreadConnections(self.path, read_only)
+        self.damaged: dict[str, DamagedRow] = {}
+        """The damaged rows met so far, by row (:meth:`note_damage`)."""
+
+    def note_damage(self, damage: DamagedRow) -> DamagedRow:
+        """Keep ``damage`` for the command to report; logged the first time each row is met."""
+        if damage.key not in self.damaged:
+            log.warning("%s", damage.what)
+        self.damaged[damage.key] = damage
+        return damage
+
+    def _row(self, table: str, row: sqlite3.Row, job_column: str = "job_id") -> Row:
+        return Row(self.path, table, row, job_column)
 
     def _connect(self) -> sqlite3.Connection:
         """This thread's connection (:class:`database.ThreadConnections`)."""
@@ -138,16 +152,40 @@ class JobStore:
                 hint = "several jobs match; give the full id" if matches else "see `gpuctl list`"
                 raise NotFoundError(f"no job '{job_id}'", hint)
             rows = matches
-        return _job_record(rows[0])
+        try:
+            return _job_record(self._row("jobs", rows[0], "id"))
+        except DamagedRow as damage:
+            raise self.note_damage(damage) from None
 
     def list_jobs(self, include_terminal: bool = True) -> list[JobRecord]:
-        rows = self._query("SELECT * FROM jobs ORDER BY submitted_at")
-        jobs = [_job_record(r) for r in rows]
+        """Every job that reads (a damaged row is skipped and noted: :meth:`scan_jobs`)."""
+        jobs, _ = self.scan_jobs()
         return [j for j in jobs if include_terminal or not j.status.terminal]
 
+    def scan_jobs(self) -> tuple[list[JobRecord], list[DamagedRow]]:
+        """Every job, in submission order, and the rows that could not be read (noted, not raised)."""
+        jobs: list[JobRecord] = []
+        damaged: list[DamagedRow] = []
+        for r in self._query("SELECT * FROM jobs ORDER BY submitted_at"):
+            try:
+                jobs.append(_job_record(self._row("jobs", r, "id")))
+            except DamagedRow as damage:
+                damaged.append(self.note_damage(damage))
+        return jobs, damaged
+
+    def _json_column(self, table: str, column: str, sql: str, args: Sequence[Any]) -> dict[str, Any] | None:
+        """The JSON object in ``column`` of the one row ``sql`` selects (None: no row)."""
+        rows = self._query(sql, args)
+        if not rows:
+            return None
+        try:
+            return Row(self.path, table, rows[0], "job_id").json_object(column)
+        except DamagedRow as damage:
+            raise self.note_damage(damage) from None
+
     def job_options(self, job_id: str) -> dict[str, Any]:
-        rows = self._query("SELECT options_json FROM jobs WHERE id = ?", (job_id,))
-        return dict(json.loads(rows[0]["options_json"])) if rows else {}
+        sql = "SELECT id AS job_id, options_json FROM jobs WHERE id = ?"
+        return self._json_column("jobs", "options_json", sql, (job_id,)) or {}
 
     def cancel_requested(self, job_id: str) -> bool:
         rows = self._query("SELECT cancel_requested FROM jobs WHERE id = ?", (job_id,))
@@ -165,13 +203,19 @@ class JobStore:
             conn.execute("UPDATE jobs SET summary_json = ? WHERE id = ?", (json.dumps(summary), job_id))
 
     def summary(self, job_id: str) -> dict[str, Any]:
-        rows = self._query("SELECT summary_json FROM jobs WHERE id = ?", (job_id,))
-        return dict(json.loads(rows[0]["summary_json"])) if rows else {}
+        sql = "SELECT id AS job_id, summary_json FROM jobs WHERE id = ?"
+        return self._json_column("jobs", "summary_json", sql, (job_id,)) or {}
 
     def market_history(self, job_id: str) -> tuple[datetime, dict[str, Any]] | None:
         """The spot availability the controller has watched for this job, and when it last looked."""
-        rows = self._query("SELECT observed_at, history_json FROM market_history WHERE job_id = ?", (job_id,))
-        return (_req_dt(rows[0]["observed_at"]), dict(json.loads(rows[0]["history_json"]))) if rows else None
+        rows = self._query("SELECT * FROM market_history WHERE job_id = ?", (job_id,))
+        if not rows:
+            return None
+        row = self._row("market_history", rows[0])
+        try:
+            return row.time("observed_at"), row.json_object("history_json")
+        except DamagedRow as damage:
+            raise self.note_damage(damage) from None
 
     def set_market_history(self, job_id: str, observed_at: datetime, history: dict[str, Any]) -> None:
         with self.transaction() as conn:
@@ -221,21 +265,24 @@ class JobStore:
         )
 
     def events(self, job_id: str, after_id: int = 0) -> list[EventRecord]:
+        """The job's events in order; a damaged one is skipped (and noted)."""
         rows = self._query("SELECT * FROM events WHERE job_id = ? AND id > ? ORDER BY id", (job_id, after_id))
-        return [
-            EventRecord(
-                id=r["id"], job_id=r["job_id"], time=_req_dt(r["time"]), kind=r["kind"], message=r["message"],
-                status=JobStatus(r["status"]) if r["status"] else None,
-            )
-            for r in rows
-        ]  # fmt: skip
+        found: list[EventRecord] = []
+        for r in rows:
+            row = self._row("events", r)
+            try:
+                found.append(EventRecord(
+                    id=r["id"], job_id=job_id, time=row.time("time"), kind=row.text("kind"),
+                    message=row.text("message"), status=row.opt_enum("status", JobStatus),
+                ))  # fmt: skip
+            except DamagedRow as damage:
+                self.note_damage(damage)
+        return found
 
     # --- attempts, nodes, segments ----------------------------------------------------------------
     def attempt_placement(self, job_id: str, attempt: int) -> dict[str, Any] | None:
-        rows = self._query(
-            "SELECT placement_json FROM attempts WHERE job_id = ? AND attempt = ?", (job_id, attempt)
-        )
-        return dict(json.loads(rows[0]["placement_json"])) if rows else None
+        sql = "SELECT job_id, attempt, placement_json FROM attempts WHERE job_id = ? AND attempt = ?"
+        return self._json_column("attempts", "placement_json", sql, (job_id, attempt))
 
     def nodes(self, job_id: str, attempt: int | None = None) -> list[NodeRecord]:
         if attempt is None:
@@ -245,14 +292,10 @@ class JobStore:
                 "SELECT * FROM nodes WHERE job_id = ? AND attempt = ? ORDER BY created_at, node_id",
                 (job_id, attempt),
             )
-        return [
-            NodeRecord(
-                node_id=r["node_id"], job_id=r["job_id"], attempt=r["attempt"], launch_state=r["launch_state"],
-                created_at=_req_dt(r["created_at"]), notice_at=_dt(r["notice_at"]), ended_at=_dt(r["ended_at"]),
-                phase=r["phase"],
-            )
-            for r in rows
-        ]  # fmt: skip
+        try:
+            return [_node_record(self._row("nodes", r)) for r in rows]
+        except DamagedRow as damage:  # the controller must not act on part of an attempt's nodes
+            raise self.note_damage(damage) from None
 
     def mark_notice(self, node_id: str, now: datetime) -> None:
         with self.transaction() as conn:
@@ -262,7 +305,11 @@ class JobStore:
             conn.execute("UPDATE nodes SET notice_at = ? WHERE node_id = ?", (_ts(now), node_id))
             self._event(conn, row["job_id"], now, "preemption_notice", f"node {node_id} got the notice", None)
 
-    def segments(self, job_id: str | None = None, since: datetime | None = None) -> list[SegmentRecord]:
+    def segments(
+        self, job_id: str | None = None, since: datetime | None = None, strict: bool = False
+    ) -> list[SegmentRecord]:
+        """Segments (of one job, or all) that may overlap ``since``..now. A damaged one is noted and
+        skipped; ``strict`` (the controller, which must not act on part of a job's ledger): raised."""
         sql, args = "SELECT * FROM segments WHERE 1=1", list[str]()
         if job_id is not None:
             sql += " AND job_id = ?"
@@ -270,29 +317,45 @@ class JobStore:
         if since is not None:
             sql += " AND (ended_at IS NULL OR ended_at >= ?)"
             args.append(since.astimezone(UTC).isoformat())
-        return [_segment_record(r) for r in self._query(sql + " ORDER BY id", args)]
+        found: list[SegmentRecord] = []
+        for r in self._query(sql + " ORDER BY id", args):
+            try:
+                found.append(_segment_record(self._row("segments", r)))
+            except DamagedRow as damage:
+                self.note_damage(damage)
+                if strict:
+                    raise damage from None
+        return found
 
 
-def _job_record(r: sqlite3.Row) -> JobRecord:
+def _job_record(r: Row) -> JobRecord:
     return JobRecord(
-        id=r["id"], name=r["name"], user=r["user"], team=r["team"], backend=r["backend"],
-        status=JobStatus(r["status"]),
-        failure_reason=FailureReason(r["failure_reason"]) if r["failure_reason"] else None,
-        message=r["message"], spec_json=r["spec_json"], submitted_at=_req_dt(r["submitted_at"]),
-        deadline=_dt(r["deadline"]), updated_at=_req_dt(r["updated_at"]), attempts=r["attempts"],
-        preemptions=r["preemptions"], restarts=r["restarts"],
+        id=r.text("id"), name=r.text("name"), user=r.text("user"), team=r.text("team"),
+        backend=r.text("backend"), status=r.enum("status", JobStatus),
+        failure_reason=r.opt_enum("failure_reason", FailureReason), message=r.text("message"),
+        spec_json=r.text("spec_json"), submitted_at=r.time("submitted_at"), deadline=r.opt_time("deadline"),
+        updated_at=r.time("updated_at"), attempts=r.integer("attempts"), preemptions=r.integer("preemptions"),
+        restarts=r.integer("restarts"),
     )  # fmt: skip
 
 
-def _segment_record(r: sqlite3.Row) -> SegmentRecord:
+def _segment_record(r: Row) -> SegmentRecord:
     return SegmentRecord(
-        id=r["id"], job_id=r["job_id"], attempt=r["attempt"], gpu_type=r["gpu_type"],
-        instance_type=r["instance_type"], market=r["market"], cloud=r["cloud"], region=r["region"],
-        zone=r["zone"], nodes=r["nodes"], gpus_per_node=r["gpus_per_node"],
-        started_at=_req_dt(r["started_at"]), ended_at=_dt(r["ended_at"]),
-        node_price_usd_per_hour=r["node_price_usd_per_hour"],
-        on_demand_node_price_usd_per_hour=r["on_demand_node_price_usd_per_hour"],
-        price_source=r["price_source"], end_reason=r["end_reason"],
+        id=r.integer("id"), job_id=r.text("job_id"), attempt=r.integer("attempt"), gpu_type=r.text("gpu_type"),
+        instance_type=r.text("instance_type"), market=r.text("market"), cloud=r.text("cloud"),
+        region=r.text("region"), zone=r.text("zone"), nodes=r.integer("nodes"),
+        gpus_per_node=r.integer("gpus_per_node"), started_at=r.time("started_at"), ended_at=r.opt_time("ended_at"),
+        node_price_usd_per_hour=r.number("node_price_usd_per_hour"),
+        on_demand_node_price_usd_per_hour=r.number("on_demand_node_price_usd_per_hour"),
+        price_source=r.text("price_source"), end_reason=r.opt_text("end_reason"),
+    )  # fmt: skip
+
+
+def _node_record(r: Row) -> NodeRecord:
+    return NodeRecord(
+        node_id=r.text("node_id"), job_id=r.text("job_id"), attempt=r.integer("attempt"),
+        launch_state=r.enum("launch_state", NodeLaunch), created_at=r.time("created_at"), notice_at=r.opt_time("notice_at"),
+        ended_at=r.opt_time("ended_at"), phase=r.opt_text("phase"),
     )  # fmt: skip
 
 

@@ -234,9 +234,22 @@ class LocalBackend:
             _signal_group(pid, signal.SIGTERM)
 
     def log_paths(self, job_id: str) -> list[Path]:
-        job_dir = self.store.job_dir(job_id)
-        attempts = sorted(job_dir.glob("attempt-*"), key=lambda p: int(p.name.split("-")[1]))
+        attempts, _ = attempt_folders(self.store.job_dir(job_id))
         return [log for a in attempts for log in sorted(a.glob("*/output.log"))]
+
+
+def attempt_folders(job_dir: Path) -> tuple[list[Path], list[Path]]:
+    """The job's ``attempt-<number>`` folders, oldest first, and the other ``attempt-*`` names in it
+    (not gpuctl's: left alone)."""
+    numbered: list[tuple[int, Path]] = []
+    others: list[Path] = []
+    for path in sorted(job_dir.glob("attempt-*")):
+        number = path.name.removeprefix("attempt-")
+        if number.isascii() and number.isdigit() and path.is_dir():
+            numbered.append((int(number), path))
+        else:
+            others.append(path)
+    return [p for _, p in sorted(numbered)], others
 
 
 def _node_index(node_id: str) -> int:
