@@ -13,24 +13,11 @@ from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
 
-from orchestrator.catalog.offers import Offer, builtin_offers, read_offers_csv
+from orchestrator.catalog.offers import COLUMNS, Offer, builtin_offers, read_offers_csv
 from orchestrator.errors import UserError
 from orchestrator.home import ensure_home, home_dir
 
-CSV_COLUMNS = [
-    "cloud",
-    "instance_type",
-    "accelerator",
-    "accelerator_count",
-    "gpu_memory_gib",
-    "vcpus",
-    "memory_gib",
-    "on_demand_usd_per_hour",
-    "spot_usd_per_hour",
-    "region",
-    "zone",
-    "price_source",
-]
+CSV_COLUMNS = [*COLUMNS, "price_source"]
 
 
 OVERRIDE_FOLDER = "catalog"
