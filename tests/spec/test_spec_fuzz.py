@@ -151,9 +151,27 @@ def check(text: str) -> None:
     )
     if kube_env_problems(spec):  # from_env cannot reach a pod: refused clearly
         with pytest.raises(SpecError, match="To fix"):
-            build_pod(spec, PLACEMENT, job="fuzz-1", namespace="ns", attempt=1, node_index=0, config=kube)
+            build_pod(
+                spec,
+                PLACEMENT,
+                job="fuzz-1",
+                namespace="ns",
+                attempt=1,
+                node_index=0,
+                config=kube,
+                attempt_nodes=spec.resources.max_nodes,
+            )
         return
-    pod = build_pod(spec, PLACEMENT, job="fuzz-1", namespace="ns", attempt=1, node_index=0, config=kube)
+    pod = build_pod(
+        spec,
+        PLACEMENT,
+        job="fuzz-1",
+        namespace="ns",
+        attempt=1,
+        node_index=0,
+        config=kube,
+        attempt_nodes=spec.resources.max_nodes,
+    )
     yaml.safe_dump(pod).encode("utf-8")
 
 
