@@ -12,43 +12,43 @@ from typing import Any
 from rich.console import Console
 
 from orchestrator.cli.output import print_notes
+from orchestrator.costs.budgets import load_cost_config
 from orchestrator.costs.html import to_html
 from orchestrator.costs.inputs import ReportInputs, read_inputs_file, read_ledger
 from orchestrator.costs.ledger import Window
 from orchestrator.costs.lost_work import lost_work_from_progress
 from orchestrator.costs.render import TABLE_ROWS, to_csv, to_json, to_table
-from orchestrator.costs.report import GroupBy, Report, build_report, parse_since, parse_window
+from orchestrator.costs.report import GroupBy, Report, build_report_from, parse_since, parse_window
 from orchestrator.errors import UserError
 from orchestrator.home import home_dir
-from orchestrator.monitor.summary import read_job_windows
 from orchestrator.state import store as store_module
-from orchestrator.state.usage import UsageStore
+from orchestrator.state.usage import usage_from_files
 from orchestrator.terminal import terminal_text
 
 
 def load_report_inputs(home: Path, since: datetime | None = None) -> ReportInputs:
     """Jobs and segments from the job store under ``home``, with the work lost to preemptions (from
-    the progress files) and idle GPU-hours (from the stored monitor windows, else from the monitor
-    summary files ``monitor-summary*.jsonl``)."""
+    the progress files) and the idle and measured GPU-hours (from the stored monitor windows, else
+    from the monitor summary files ``monitor-summary*.jsonl``; a job with neither was not measured)."""
     store = store_module.open_store(home, read_only=True)
     inputs = read_ledger(store, since)
-    stored_idle = UsageStore(store).idle_gpu_hours() if isinstance(store, store_module.JobStore) else {}
     lost = {}
+    legacy = inputs.idle is not None and inputs.measured is None  # a source of idle GPU-hours only
+    idle, measured = dict(inputs.idle or {}), dict(inputs.measured or {})
     for job in inputs.jobs:
         found = lost_work_from_progress(home / "jobs" / job.id / "progress.jsonl")
         if found is not None and found.steps:
             lost[job.id] = found
-    idle = dict(inputs.idle or {})
-    for job in inputs.jobs:
-        if job.id in stored_idle:  # what the controller stored; else the summary files themselves
-            idle[job.id] = stored_idle[job.id]
+        if job.id in measured or legacy:  # what the controller stored; else the summary files themselves
             continue
-        windows = read_job_windows(sorted((home / "jobs" / job.id).glob("monitor-summary*.jsonl")))
-        if windows:  # GPU-seconds below the idle threshold, summed over the monitor's windows and GPUs
-            idle[job.id] = sum(w.idle_seconds for w in windows) / 3600.0
+        usage = usage_from_files(home / "jobs" / job.id)
+        if usage is not None and usage.measured_gpu_hours > 0:
+            idle[job.id], measured[job.id] = usage.idle_gpu_hours, usage.measured_gpu_hours
     if isinstance(store, store_module.JobStore):
         print_notes(store.damaged.values())  # damaged rows left out of the report
-    return dataclasses.replace(inputs, lost={**inputs.lost, **lost}, idle=idle or inputs.idle)
+    return dataclasses.replace(
+        inputs, lost={**inputs.lost, **lost}, idle=idle, measured=None if legacy else measured
+    )
 
 
 def _table_text(report: Report, limit: int | None) -> str:
@@ -66,8 +66,10 @@ def register(sub: Any) -> None:
     when = report.add_mutually_exclusive_group()
     when.add_argument("--since", metavar="DURATION", help="the last DURATION, such as 7d or 24h")
     when.add_argument("--window", metavar="START,END", help="ISO 8601 times or dates, UTC if no zone")
-    report.add_argument("--by", choices=[g.value for g in GroupBy], default=GroupBy.JOB.value)
-    report.add_argument("-o", "--output", choices=["table", "csv", "json", "html"], default="table")
+    report.add_argument("--by", choices=[g.value for g in GroupBy], default=GroupBy.JOB.value,
+                        help="one row per job (default), user, team, GPU type or market")  # fmt: skip
+    report.add_argument("-o", "--output", choices=["table", "csv", "json", "html"], default="table",
+                        help="output format (default table); html: a page with charts")  # fmt: skip
     report.add_argument("--out", metavar="FILE", help="write to FILE instead of standard output")
     report.add_argument(
         "--limit", type=int, default=TABLE_ROWS, help=f"table rows shown (default {TABLE_ROWS}; 0 for all)"
@@ -87,9 +89,8 @@ def run_report(args: argparse.Namespace) -> int:
         inputs = read_inputs_file(args.input)
     else:
         inputs = load_report_inputs(home_dir(), window.start if window else None)
-    report = build_report(
-        inputs.jobs, inputs.segments, now, window, args.by, inputs.idle, inputs.lost, inputs.to_finish
-    )
+    budgets = load_cost_config(home_dir() / "config.yaml") if args.output == "html" else None  # its chart
+    report = build_report_from(inputs, now, window, args.by, budgets)
     if args.output == "table" and not args.out:
         Console(width=160).print(to_table(report, args.limit or None))
         return 0

@@ -21,9 +21,12 @@ def register(sub: Any) -> None:
     monitor.set_defaults(run=run_monitor)
 
     diagnose = sub.add_parser(
-        "diagnose", help="find input stalls, idle or oversized GPUs from monitor output"
+        "diagnose",
+        help="find input stalls, idle or oversized GPUs from monitor output",
+        usage=DIAGNOSE_USAGE,
     )
-    diagnose.add_argument("job", nargs="?", help="a gpuctl job: reads its progress and monitor files")
+    diagnose.add_argument("job", nargs="?", metavar="JOB",
+                          help="a gpuctl job (id or name): reads its progress and monitor files")  # fmt: skip
     diagnose.add_argument("--summaries", help="monitor window summary file (JSON lines)")
     diagnose.add_argument("--progress", help="training progress file with data_s/compute_s per step")
     diagnose.add_argument(
@@ -32,6 +35,11 @@ def register(sub: Any) -> None:
     diagnose.add_argument("--gpu-type", help="the job's GPU type (e.g. H100): suggests cheaper catalog GPUs")
     add_output_option(diagnose)
     diagnose.set_defaults(run=run_diagnose)
+
+
+DIAGNOSE_USAGE = (
+    "gpuctl diagnose JOB [options]\n       gpuctl diagnose --summaries FILE [--progress FILE] [options]"
+)
 
 
 def run_monitor(args: argparse.Namespace) -> int:
@@ -83,12 +91,13 @@ def _fill_from_job(args: argparse.Namespace) -> None:
     if args.summaries is None and (job_dir / JOB_SUMMARY_FILE).exists():
         args.summaries = str(job_dir / JOB_SUMMARY_FILE)
     elif args.summaries is None:  # the node monitors' windows the controller stored, else their files
+        from orchestrator.monitor.diagnosis import unavailable_reason
         from orchestrator.monitor.summary import read_summaries
         from orchestrator.state.usage import SUMMARY_GLOB, UsageStore
 
-        args.job_windows = UsageStore(store).windows(job.id) or [
-            w for f in sorted(job_dir.glob(SUMMARY_GLOB)) for w in read_summaries(f)
-        ]
+        files = sorted(job_dir.glob(SUMMARY_GLOB))
+        args.job_windows = UsageStore(store).windows(job.id) or [w for f in files for w in read_summaries(f)]
+        args.unmeasured_reason = unavailable_reason(files)
     segments = store.segments(job.id)
     if args.gpu_type is None and segments:
         args.gpu_type = segments[-1].gpu_type
@@ -110,6 +119,12 @@ def _check_named_files(args: argparse.Namespace) -> None:
 def run_diagnose(args: argparse.Namespace) -> int:
     from orchestrator.monitor.diagnosis import diagnose, diagnose_files, read_step_timings
 
+    if not (args.job or args.summaries or args.progress):
+        raise UserError(
+            "nothing to diagnose: name a job, or the monitor output files to read",
+            "`gpuctl diagnose JOB` (a job's id or name, as `gpuctl list` shows it), or "
+            "`gpuctl diagnose --summaries FILE --progress FILE`",
+        )
     _check_named_files(args)
     if args.job:
         _fill_from_job(args)
@@ -119,9 +134,9 @@ def run_diagnose(args: argparse.Namespace) -> int:
         catalog_memory, candidates = catalog_candidates(args.gpu_type)
         memory = memory or catalog_memory
     job_windows = getattr(args, "job_windows", None)
-    if job_windows:
+    if job_windows is not None:  # a job's windows (none: its GPU use was not measured)
         steps = read_step_timings(args.progress) if args.progress else []
-        findings = diagnose(job_windows, steps, memory, candidates)
+        findings = diagnose(job_windows, steps, memory, candidates, unmeasured_reason=args.unmeasured_reason)
     else:
         findings = diagnose_files(args.summaries, args.progress, memory, candidates)
     if args.output == "json":

@@ -1,196 +1,253 @@
-"""A self-contained HTML cost report: inline SVG charts drawn here, no scripts, no network.
+"""A self-contained HTML cost report: inline SVG charts (:mod:`orchestrator.costs.charts`), no scripts,
+no network; the page fills the browser's width.
 
-Charts: cost over time stacked by the report's grouping, spot savings over time, a GPU utilization
-histogram (0.5 and 0.8 marked), efficiency against cost per job; then the report table.
+Sections: a summary (with a banner when costs are simulated, and notes such as how much GPU use was
+measured); charts of cost over time stacked by the report's grouping, spot savings over time, spend by
+market, each monthly budget's burn with its budget line, GPU utilization of the measured jobs and
+their efficiency against cost (jobs whose GPU use was not measured are left out, and the charts say
+how many); the report table; and each job's attempts and segments.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from datetime import UTC
+from datetime import UTC, datetime, timedelta
 from html import escape
 
-from orchestrator.costs.render import TABLE_HEADERS, table_cells
-from orchestrator.costs.report import Report
+from orchestrator.costs import charts
+from orchestrator.costs.ledger import JobCost
+from orchestrator.costs.render import NOT_MEASURED, TABLE_HEADERS, table_cells
+from orchestrator.costs.report import SIMULATED_NOTE, BudgetBurn, Report
 
-PALETTE = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f"]
-W, H = 540, 260
-LEFT, RIGHT, TOP, BOTTOM = 64, 16, 24, 40
-
-
-def _fmt(x: float) -> str:
-    return f"{x:.1f}"
+MAX_JOB_DETAILS = 200
+"""Jobs whose attempts the page lists (the most expensive first)."""
 
 
-def _compact(x: float) -> str:
-    """Axis numbers: 950, 12.5k, 3.2M."""
-    for div, suffix in ((1e6, "M"), (1e3, "k")):
-        if abs(x) >= div:
-            return f"{x / div:.3g}{suffix}"
-    return f"{x:.3g}"
+def _unmeasured(report: Report) -> list[JobCost]:
+    return [j for j in report.jobs if j.gpu_efficiency is None]
 
 
-def _axis(y_max: float, y_label: str, x_labels: Sequence[tuple[float, str]]) -> list[str]:
-    """Axes, four horizontal grid lines with values, and x tick labels at given x positions."""
-    out = [
-        f'<line x1="{LEFT}" y1="{H - BOTTOM}" x2="{W - RIGHT}" y2="{H - BOTTOM}" stroke="#333"/>',
-        f'<line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{H - BOTTOM}" stroke="#333"/>',
-        f'<text x="{LEFT}" y="{TOP - 10}" font-size="11" fill="#333">{escape(y_label)}</text>',
-    ]
-    for i in range(1, 5):
-        y = H - BOTTOM - i * (H - TOP - BOTTOM) / 4
-        out.append(f'<line x1="{LEFT}" y1="{_fmt(y)}" x2="{W - RIGHT}" y2="{_fmt(y)}" stroke="#ddd"/>')
-        out.append(
-            f'<text x="{LEFT - 4}" y="{_fmt(y + 4)}" font-size="10" text-anchor="end">'
-            f"{_compact(y_max * i / 4)}</text>"
-        )
-    for x, label in x_labels:
-        anchor = "end" if x > W - RIGHT - 30 else "middle"
-        out.append(
-            f'<text x="{_fmt(min(x, W - RIGHT))}" y="{H - BOTTOM + 14}" font-size="10" '
-            f'text-anchor="{anchor}">'
-            f"{escape(label)}</text>"
-        )
-    return out
-
-
-def _svg(name: str, title: str, body: list[str], legend: Sequence[tuple[str, str]] = ()) -> str:
-    items = "".join(
-        f'<span class="key"><i style="background:{color}"></i>{escape(label)}</span>'
-        for label, color in legend
-    )
-    return (
-        f"<figure><figcaption>{escape(title)}</figcaption>"
-        f'<svg data-chart="{name}" width="{W}" height="{H}" viewBox="0 0 {W} {H}" '
-        f'xmlns="http://www.w3.org/2000/svg" role="img" aria-label="{escape(title)}">'
-        + "".join(body)
-        + f"</svg><div class='legend'>{items}</div></figure>"
-    )
-
-
-def _time_labels(report: Report, n: int) -> list[tuple[float, str]]:
-    starts = report.series.starts
-    fmt = "%m-%d %H:%M" if report.series.bucket.total_seconds() < 86400 else "%Y-%m-%d"
-    plot_w = W - LEFT - RIGHT
-    picks = sorted({0, len(starts) // 2, len(starts) - 1}) if starts else []
-    return [(LEFT + (i + 0.5) * plot_w / n, starts[i].strftime(fmt)) for i in picks]
+def _left_out(report: Report) -> str:
+    missing = _unmeasured(report)
+    if not missing:
+        return ""
+    return f"{len(missing)} of {len(report.jobs)} jobs left out: their GPU use was not measured"
 
 
 def cost_over_time_svg(report: Report) -> str:
-    groups = report.series.cost_by_group
-    n = len(report.series.starts)
-    totals = [sum(g[i] for g in groups.values()) for i in range(n)]
-    y_max = max(totals, default=0.0) or 1.0
-    plot_w, plot_h = W - LEFT - RIGHT, H - TOP - BOTTOM
-    bar_w = plot_w / max(n, 1)
-    body = _axis(y_max, "USD", _time_labels(report, n))
-    base = [0.0] * n
-    legend = []
-    for gi, (name, values) in enumerate(groups.items()):
-        color = PALETTE[gi % len(PALETTE)]
-        legend.append((name, color))
-        for i, v in enumerate(values):
-            if v <= 0:
-                continue
-            h = v / y_max * plot_h
-            y = H - BOTTOM - (base[i] + v) / y_max * plot_h
-            body.append(
-                f'<rect class="bar" x="{_fmt(LEFT + i * bar_w)}" y="{_fmt(y)}" '
-                f'width="{_fmt(max(bar_w - 0.5, 0.5))}" '
-                f'height="{_fmt(max(h, 0.5))}" fill="{color}" data-group="{escape(name)}" '
-                f'data-value="{v:.4f}"><title>{escape(name)}: ${v:,.2f}</title></rect>'
-            )
-            base[i] += v
-    return _svg("cost-over-time", f"Cost over time by {report.by.value} (USD per bucket)", body, legend)
+    s = report.series
+    return charts.stacked_bars_svg(
+        "cost-over-time",
+        f"Cost over time by {report.by.value} (USD per {_bucket_name(s.bucket)})",
+        s.starts,
+        s.bucket,
+        s.cost_by_group,
+    )
 
 
 def savings_over_time_svg(report: Report) -> str:
-    values = report.series.savings
-    n = len(values)
-    y_max = max(values, default=0.0) or 1.0
-    plot_w, plot_h = W - LEFT - RIGHT, H - TOP - BOTTOM
-    points = [
-        f"{_fmt(LEFT + (i + 0.5) * plot_w / max(n, 1))},{_fmt(H - BOTTOM - max(v, 0.0) / y_max * plot_h)}"
-        for i, v in enumerate(values)
-    ]
-    body = _axis(y_max, "USD", _time_labels(report, n))
-    body.append(
-        f'<polyline class="line" points="{" ".join(points)}" fill="none" stroke="#59a14f" stroke-width="2"/>'
+    s = report.series
+    mids = [start + s.bucket / 2 for start in s.starts]
+    end = s.starts[-1] + s.bucket if s.starts else report.window.end
+    start = s.starts[0] if s.starts else report.window.start
+    return charts.line_svg(
+        "savings-over-time",
+        f"Spot savings over time (on-demand price minus price paid, USD per {_bucket_name(s.bucket)})",
+        mids,
+        s.savings,
+        start,
+        end,
+        note=f"total saved ${sum(s.savings):,.2f}",
     )
-    body.append(
-        f'<text x="{W - RIGHT}" y="{TOP + 10}" font-size="11" text-anchor="end">'
-        f"total saved ${sum(values):,.2f}</text>"
+
+
+def market_split_svg(report: Report) -> str:
+    return charts.hbars_svg("market-split", "Spend by market (USD)", list(report.markets.items()))
+
+
+def budget_svg(burn: BudgetBurn) -> str:
+    spent = burn.cumulative_usd[-1] if burn.cumulative_usd else 0.0
+    return charts.line_svg(
+        "budget",
+        f"{burn.label}: spend in {burn.month.start:%B %Y} against its monthly budget",
+        burn.times,
+        burn.cumulative_usd,
+        burn.month.start,
+        burn.month.end,
+        color="#4e79a7",
+        limit=(burn.monthly_usd, f"budget ${burn.monthly_usd:,.0f}"),
+        note=f"spent ${spent:,.2f} of ${burn.monthly_usd:,.2f} ({100 * spent / burn.monthly_usd:.0f}%)"
+        if burn.monthly_usd > 0
+        else f"spent ${spent:,.2f}; the budget is $0",
     )
-    return _svg("savings-over-time", "Spot savings over time (on-demand price minus price paid)", body)
 
 
 def utilization_histogram_svg(report: Report, bins: int = 10) -> str:
-    """GPU-hours by job efficiency (busy share), in ``bins`` bins from 0 to 1."""
+    """Measured GPU-hours by job efficiency (busy share), in ``bins`` bins from 0 to 1."""
     weights = [0.0] * bins
     for job in report.jobs:
-        if job.gpu_efficiency is not None:
-            weights[min(bins - 1, int(job.gpu_efficiency * bins))] += job.gpu_hours
-    y_max = max(weights) or 1.0
-    plot_w, plot_h = W - LEFT - RIGHT, H - TOP - BOTTOM
-    labels = [(LEFT + i * plot_w / bins, f"{i / bins:.1f}") for i in range(0, bins + 1, 2)]
-    body = _axis(y_max, "GPU-h", labels)
-    for i, w in enumerate(weights):
-        if w > 0:
-            h = w / y_max * plot_h
-            body.append(
-                f'<rect class="bar" x="{_fmt(LEFT + i * plot_w / bins + 1)}" y="{_fmt(H - BOTTOM - h)}" '
-                f'width="{_fmt(plot_w / bins - 2)}" height="{_fmt(h)}" fill="#4e79a7" data-value="{w:.4f}"/>'
-            )
-    for mark, color in ((0.5, "#e15759"), (0.8, "#f28e2b")):
-        x = LEFT + mark * plot_w
-        body.append(
-            f'<line class="threshold" data-at="{mark}" x1="{_fmt(x)}" y1="{TOP}" x2="{_fmt(x)}" '
-            f'y2="{H - BOTTOM}" stroke="{color}" stroke-width="2" stroke-dasharray="6 3"/>'
-            f'<text x="{_fmt(x + 3)}" y="{TOP + 10}" font-size="10" fill="{color}">{mark}</text>'
-        )
-    if not any(weights):
-        body.append(f'<text x="{W / 2}" y="{H / 2}" text-anchor="middle">no monitor data</text>')
-    return _svg("utilization-histogram", "GPU utilization: GPU-hours by job efficiency", body)
+        if job.gpu_efficiency is not None and job.measured_gpu_hours:
+            weights[min(bins - 1, int(job.gpu_efficiency * bins))] += job.measured_gpu_hours
+    return charts.histogram_svg(
+        "utilization-histogram",
+        "GPU utilization: measured GPU-hours by job efficiency",
+        weights,
+        "GPU-h",
+        marks=((0.5, "#e15759"), (0.8, "#f28e2b")),
+        empty="GPU use not measured",
+        note=_left_out(report),
+    )
 
 
 def efficiency_vs_cost_svg(report: Report) -> str:
-    jobs = [j for j in report.jobs if j.gpu_efficiency is not None]
-    x_max = max((j.cost_usd for j in jobs), default=0.0) or 1.0
-    plot_w, plot_h = W - LEFT - RIGHT, H - TOP - BOTTOM
-    labels = [(LEFT + f * plot_w, f"${_compact(x_max * f)}") for f in (0.0, 0.5, 1.0)]
-    body = _axis(1.0, "efficiency", labels)
-    for j in jobs:
-        eff = j.gpu_efficiency or 0.0
-        color = "#e15759" if eff < 0.5 else "#f28e2b" if eff < 0.8 else "#59a14f"
-        body.append(
-            f'<circle class="point" cx="{_fmt(LEFT + j.cost_usd / x_max * plot_w)}" '
-            f'cy="{_fmt(H - BOTTOM - eff * plot_h)}" r="4" fill="{color}" fill-opacity="0.7">'
-            f"<title>{escape(j.job_id)}: ${j.cost_usd:,.2f}, {eff:.0%} busy</title></circle>"
-        )
-    return _svg("efficiency-vs-cost", "Efficiency against cost per job (USD)", body)
+    points = [
+        (j.cost_usd, j.gpu_efficiency, f"{j.job_id}: ${j.cost_usd:,.2f}, {j.gpu_efficiency:.0%} busy")
+        for j in report.jobs
+        if j.gpu_efficiency is not None
+    ]
+    return charts.scatter_svg(
+        "efficiency-vs-cost",
+        "Efficiency against cost per job (USD)",
+        points,
+        empty="GPU use not measured",
+        note=_left_out(report),
+    )
+
+
+def _bucket_name(bucket: timedelta) -> str:
+    minutes = int(bucket.total_seconds() // 60)
+    if minutes % 1440 == 0:
+        days = minutes // 1440
+        return "day" if days == 1 else "week" if days == 7 else f"{days} days"
+    if minutes % 60 == 0:
+        return "hour" if minutes == 60 else f"{minutes // 60} hours"
+    return "minute" if minutes == 1 else f"{minutes} minutes"
 
 
 def _table_html(report: Report) -> str:
     headers = [*TABLE_HEADERS]
     headers[0] = report.by.value
     head = "".join(f"<th>{escape(h)}</th>" for h in headers)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{escape(c)}</td>" for c in table_cells(row)) + "</tr>" for row in report.rows
+    body = "".join("<tr>" + "".join(_cell(c) for c in table_cells(row)) + "</tr>" for row in report.rows)
+    foot = "".join(_cell(c) for c in table_cells(report.totals))
+    return (
+        f"<div class='scroll'><table class='report'><thead><tr>{head}</tr></thead><tbody>{body}</tbody>"
+        f"<tfoot><tr>{foot}</tr></tfoot></table></div>"
     )
-    foot = "".join(f"<td>{escape(c)}</td>" for c in table_cells(report.totals))
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody><tfoot><tr>{foot}</tr></tfoot></table>"
+
+
+def _cell(text: str) -> str:
+    css = " class='unmeasured'" if text == NOT_MEASURED else ""
+    return f"<td{css}>{escape(text)}</td>"
+
+
+def _time(moment: datetime | None) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S") if moment else "running"
+
+
+def _duration(hours: float) -> str:
+    seconds = round(hours * 3600)
+    h, rest = divmod(seconds, 3600)
+    return f"{h}h{rest // 60:02d}m" if h else f"{rest // 60}m{rest % 60:02d}s"
+
+
+ATTEMPT_HEADERS = (
+    "Attempt", "Market", "Zone", "Instance", "Nodes x GPUs", "USD per node-h", "On-demand per node-h",
+    "Started (UTC)", "Ended (UTC)", "Duration", "Cost", "How it ended",
+)  # fmt: skip
+
+
+def _attempt_rows(job: JobCost) -> str:
+    rows = []
+    for part in job.parts:
+        s = part.segment
+        cells = [
+            str(s.attempt), s.market, s.zone or "-", s.instance_type or "-", f"{s.nodes} x {s.gpus_per_node} {s.gpu_type}",
+            f"${s.node_price_usd_per_hour:,.4f}", f"${s.on_demand_node_price_usd_per_hour:,.4f}",
+            _time(s.started_at), _time(s.ended_at), _duration(part.hours), f"${part.cost_usd:,.4f}",
+            s.end_reason or ("running" if s.ended_at is None else "ended"),
+        ]  # fmt: skip
+        rows.append(
+            f"<tr data-market='{escape(s.market)}'>"
+            + "".join(f"<td>{escape(c)}</td>" for c in cells)
+            + "</tr>"
+        )
+    return "".join(rows)
+
+
+def _job_summary(job: JobCost) -> str:
+    use = (
+        NOT_MEASURED
+        if job.gpu_efficiency is None
+        else f"{job.gpu_efficiency:.0%} busy ({100 * job.measured_share:.0f}% of GPU-hours measured)"
+    )
+    tag = " <span class='tag simulated'>simulated</span>" if job.simulated else ""
+    text = (
+        f"{job.job_id} ({job.name}), {job.user}/{job.team}: {job.segments} segment(s), "
+        f"{job.preemptions} preemption(s), {job.gpu_hours:,.2f} GPU-h, ${job.cost_usd:,.2f} "
+        f"(on-demand ${job.on_demand_usd:,.2f}), GPU use: {use}"
+    )
+    return escape(text) + tag
+
+
+def attempts_html(report: Report, limit: int = MAX_JOB_DETAILS) -> str:
+    """Each job's attempts and segments (market, zone, nodes, prices, duration, cost, how it ended),
+    the most expensive jobs first."""
+    jobs = sorted(report.jobs, key=lambda j: (-j.cost_usd, j.job_id))
+    head = "".join(f"<th>{escape(h)}</th>" for h in ATTEMPT_HEADERS)
+    parts = [
+        f"<details class='job' data-job='{escape(j.job_id)}'><summary>{_job_summary(j)}</summary>"
+        f"<div class='scroll'><table class='attempts'><thead><tr>{head}</tr></thead>"
+        f"<tbody>{_attempt_rows(j)}</tbody></table></div></details>"
+        for j in jobs[:limit]
+    ]
+    more = f"<p class='note'>{len(jobs) - limit} more jobs not listed</p>" if len(jobs) > limit else ""
+    return f"<section id='attempts'><h2>Jobs: attempts and segments</h2>{''.join(parts)}{more}</section>"
 
 
 STYLE = """
-body{font-family:system-ui,sans-serif;margin:24px;color:#222;background:#fff}
-h1{font-size:20px} .charts{display:flex;flex-wrap:wrap;gap:16px}
-figure{margin:0;border:1px solid #ddd;padding:8px} figcaption{font-weight:600;margin-bottom:4px}
-.legend{font-size:11px} .key{margin-right:10px}
+*{box-sizing:border-box}
+body{font-family:system-ui,sans-serif;margin:16px 24px;color:#222;background:#fff}
+h1{font-size:20px;margin:0 0 8px} h2{font-size:16px;margin:24px 0 8px}
+.charts{display:grid;grid-template-columns:repeat(auto-fit,minmax(420px,1fr));gap:16px;width:100%}
+figure{margin:0;border:1px solid #ddd;border-radius:4px;padding:8px;min-width:0}
+figcaption{font-weight:600;margin-bottom:4px;font-size:13px}
+figure svg{display:block;width:100%;height:auto}
+.legend{font-size:11px} .key{margin-right:10px;white-space:nowrap}
 .key i{display:inline-block;width:10px;height:10px;margin-right:3px}
-table{border-collapse:collapse;margin-top:16px;font-size:12px}
-td,th{border:1px solid #ccc;padding:3px 6px;text-align:right} td:first-child,th:first-child{text-align:left}
+.chart-note,.note{font-size:12px;color:#555;margin:4px 0}
+.banner{background:#fff4d6;border:1px solid #e0b84a;padding:8px 12px;border-radius:4px;font-size:14px}
+.scroll{overflow-x:auto;width:100%}
+table{border-collapse:collapse;margin-top:8px;font-size:12px;width:100%}
+td,th{border:1px solid #ccc;padding:3px 6px;text-align:right;white-space:nowrap}
+td:first-child,th:first-child{text-align:left} th{background:#f6f6f6}
+td.unmeasured{color:#8a5a00;font-style:italic}
 tfoot td{font-weight:700;background:#f3f3f3} .summary{font-size:14px}
+details.job{border-top:1px solid #eee;padding:4px 0;font-size:13px} details.job summary{cursor:pointer}
+.tag{font-size:11px;border-radius:3px;padding:0 4px;margin-left:4px}
+.tag.simulated{background:#fff4d6;border:1px solid #e0b84a}
 """
+
+
+def _charts(report: Report) -> str:
+    figures = [
+        cost_over_time_svg(report),
+        savings_over_time_svg(report),
+        market_split_svg(report),
+        *(budget_svg(burn) for burn in report.budgets),
+        utilization_histogram_svg(report),
+        efficiency_vs_cost_svg(report),
+    ]
+    return f"<div class='charts'>{''.join(figures)}</div>"
+
+
+def _banner(report: Report) -> str:
+    if not report.simulated:
+        return ""
+    count = sum(1 for j in report.jobs if j.simulated)
+    return (
+        f"<p class='banner simulated'>Simulated costs: {count} of {len(report.jobs)} jobs ran on the local "
+        "backend, whose nodes are priced as the cloud instances they stand for; nothing was billed.</p>"
+    )
 
 
 def to_html(report: Report) -> str:
@@ -201,19 +258,13 @@ def to_html(report: Report) -> str:
         f"{t.jobs} jobs, {t.gpu_hours:,.1f} GPU-hours, cost ${t.cost_usd:,.2f}, "
         f"on-demand equivalent ${t.on_demand_usd:,.2f}, saved ${t.savings_usd:,.2f}"
     )
-    notes = "".join(f"<p class='note'>{escape(n)}</p>" for n in report.notes)
-    charts = "".join(
-        (
-            cost_over_time_svg(report),
-            savings_over_time_svg(report),
-            utilization_histogram_svg(report),
-            efficiency_vs_cost_svg(report),
-        )
-    )
+    notes = "".join(f"<p class='note'>{escape(n)}</p>" for n in report.notes if n != SIMULATED_NOTE)
     return (
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>"
         f"<title>gpuctl cost report {escape(start)} to {escape(end)}</title><style>{STYLE}</style></head>"
-        f"<body><h1>GPU cost report by {escape(report.by.value)}</h1>"
+        f"<body><h1>GPU cost report by {escape(report.by.value)}</h1>{_banner(report)}"
         f"<p class='summary'>{escape(start)} to {escape(end)}: {escape(summary)}</p>{notes}"
-        f"<div class='charts'>{charts}</div>{_table_html(report)}</body></html>\n"
+        f"{_charts(report)}<h2>By {escape(report.by.value)}</h2>{_table_html(report)}"
+        f"{attempts_html(report)}</body></html>\n"
     )

@@ -20,6 +20,7 @@ from orchestrator.errors import UserError
 from orchestrator.state.records import JobRecord, SegmentRecord
 from orchestrator.state.status import FailureReason, JobStatus
 from orchestrator.state.store import JobStore
+from orchestrator.state.usage import UsageStore
 from orchestrator.userfiles import MAX_DATA_BYTES, read_text
 
 
@@ -39,19 +40,39 @@ class ReportInputs:
     lost: dict[str, LostWork] = field(default_factory=dict)
     to_finish: dict[str, float] = field(default_factory=dict)
     """Running job id -> forecast USD to finish at the current market (the projected-spend column)."""
+    measured: dict[str, float] | None = None
+    """Job id -> GPU-hours the monitor windows cover (with ``idle``: a job in neither was not
+    measured). ``None`` with ``idle`` set: an export written before these were kept."""
 
 
 def read_ledger(source: LedgerSource, since: datetime | None = None) -> ReportInputs:
     """Jobs and the segments that may overlap ``since``..now (the store filters by end time).
 
-    A source that also has ``idle_gpu_hours() -> Mapping[job_id, float]`` (monitor window
-    summaries) supplies idle time and efficiency.
+    A source that also has ``idle_gpu_hours()`` and ``measured_gpu_hours()`` (each a mapping of job
+    id to GPU-hours, from monitor window summaries) supplies idle time and efficiency.
     """
-    idle_reader = getattr(source, "idle_gpu_hours", None)
-    idle = {str(k): float(v) for k, v in idle_reader().items()} if callable(idle_reader) else None
+    idle, measured = _reader(source, "idle_gpu_hours"), _reader(source, "measured_gpu_hours")
+    if isinstance(source, JobStore):
+        idle, measured = stored_usage(source)
     to_finish = costs_to_finish(source, datetime.now(UTC)) if isinstance(source, JobStore) else {}
     return ReportInputs(jobs=list(source.list_jobs()), segments=list(source.segments(since=since)), idle=idle,
-                        to_finish=to_finish)  # fmt: skip
+                        to_finish=to_finish, measured=measured if idle is not None else None)  # fmt: skip
+
+
+def stored_usage(store: JobStore) -> tuple[dict[str, float], dict[str, float]]:
+    """(idle, measured) GPU-hours of each job with stored monitor windows that measured something."""
+    usages = UsageStore(store)
+    idle, measured = {}, {}
+    for job in store.list_jobs():
+        usage = usages.usage(job.id)
+        if usage is not None and usage.measured_gpu_hours > 0:
+            idle[job.id], measured[job.id] = usage.idle_gpu_hours, usage.measured_gpu_hours
+    return idle, measured
+
+
+def _reader(source: object, name: str) -> dict[str, float] | None:
+    read = getattr(source, name, None)
+    return {str(k): float(v) for k, v in read().items()} if callable(read) else None
 
 
 def _encode(value: Any) -> Any:
@@ -65,6 +86,7 @@ def inputs_to_json(inputs: ReportInputs) -> str:
             "jobs": [{k: _encode(v) for k, v in asdict(j).items()} for j in inputs.jobs],
             "segments": [{k: _encode(v) for k, v in asdict(s).items()} for s in inputs.segments],
             "idle_gpu_hours": inputs.idle,
+            "measured_gpu_hours": inputs.measured,
             "lost_work": {k: asdict(v) for k, v in inputs.lost.items()},
             "cost_to_finish_usd": inputs.to_finish,
         }
@@ -97,18 +119,19 @@ def inputs_from_json(text: str, source: str = "ledger export") -> ReportInputs:
     try:
         doc = json.loads(text)
         require_finite(doc)  # NaN, Infinity or 1e400 would reach the report (and its JSON) as they are
-        idle = doc.get("idle_gpu_hours")
+        idle, measured = doc.get("idle_gpu_hours"), doc.get("measured_gpu_hours")
         return ReportInputs(
             jobs=[_job(r) for r in doc.get("jobs", [])],
             segments=[_segment(r) for r in doc.get("segments", [])],
             idle={str(k): float(v) for k, v in idle.items()} if idle is not None else None,
             lost={str(k): LostWork(**v) for k, v in (doc.get("lost_work") or {}).items()},
             to_finish={str(k): float(v) for k, v in (doc.get("cost_to_finish_usd") or {}).items()},
+            measured={str(k): float(v) for k, v in measured.items()} if measured is not None else None,
         )
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError, OverflowError) as exc:
         raise UserError(
             f"{source}: not a gpuctl ledger export ({type(exc).__name__}: {exc})",
-            "give a file written by gpuctl (keys: jobs, segments, idle_gpu_hours, lost_work)",
+            "give a file written by gpuctl (keys: jobs, segments, idle_gpu_hours, measured_gpu_hours, lost_work)",
         ) from exc
 
 

@@ -77,7 +77,8 @@ def segment_cost(seg: SegmentRecord, now: datetime, window: Window | None = None
 
 @dataclass(frozen=True)
 class JobCost:
-    """The ledger of one job. ``idle_*`` and ``gpu_efficiency`` are ``None`` without monitor data."""
+    """The ledger of one job. ``idle_*``, ``measured_gpu_hours`` and ``gpu_efficiency`` are ``None``
+    when no GPU-hour of the job was measured (no monitor data: no NVML on its nodes, or no monitor)."""
 
     job_id: str
     name: str
@@ -91,11 +92,27 @@ class JobCost:
     cost_usd: float
     on_demand_usd: float
     idle_gpu_hours: float | None
+    """Idle GPU-hours among the measured ones (inside the window)."""
     lost_steps: int
     lost_gpu_hours: float
     lost_cost_usd: float
     parts: tuple[SegmentCost, ...] = field(default=(), repr=False, compare=False)
     """The job's segments clipped to the window, in the order given."""
+    measured_gpu_hours: float | None = None
+    """The GPU-hours (inside the window) that monitor windows cover; ``None``: none were measured."""
+    backend: str = ""
+    """The job's backend; a ``local`` job's costs are simulated (its nodes stand for cloud instances)."""
+
+    @property
+    def simulated(self) -> bool:
+        return self.backend == "local"
+
+    @property
+    def measured_share(self) -> float:
+        """The share of the job's GPU-hours that was measured (0 when none was)."""
+        if not self.measured_gpu_hours or self.gpu_hours <= 0:
+            return 0.0
+        return min(1.0, self.measured_gpu_hours / self.gpu_hours)
 
     @property
     def savings_usd(self) -> float:
@@ -111,10 +128,11 @@ class JobCost:
 
     @property
     def gpu_efficiency(self) -> float | None:
-        """Busy share of the GPU-hours paid for (OpenCost's ``gpuEfficiency``)."""
-        if self.idle_gpu_hours is None or self.gpu_hours <= 0:
+        """Busy share of the measured GPU-hours (OpenCost's ``gpuEfficiency``); ``None`` when none was
+        measured (never 100 %)."""
+        if self.idle_gpu_hours is None or not self.measured_gpu_hours:
             return None
-        return max(0.0, 1.0 - self.idle_gpu_hours / self.gpu_hours)
+        return max(0.0, 1.0 - self.idle_gpu_hours / self.measured_gpu_hours)
 
 
 def _lost_gpu_hours(lost: LostWork, gpu_hours: float, wall_hours: float) -> float:
@@ -153,6 +171,22 @@ def unknown_job(job_id: str) -> JobRecord:
     )
 
 
+def measured_in_window(
+    gpu_hours: float, idle: float | None, measured: float | None
+) -> tuple[float | None, float | None]:
+    """(idle, measured) GPU-hours of a job inside the window: ``measured`` (over the job's life) is
+    capped at its GPU-hours in the window and idle scaled with it (the same idle share); (None, None)
+    when nothing was measured. ``measured`` None with ``idle`` known: an export written before
+    measured GPU-hours were kept, read as if all GPU-hours were measured."""
+    if idle is None:
+        return None, None
+    total = gpu_hours if measured is None else measured
+    if total <= 0 or gpu_hours <= 0:
+        return None, None
+    inside = min(total, gpu_hours)
+    return min(idle, total) * inside / total, inside
+
+
 def job_costs(
     jobs: Iterable[JobRecord],
     segments: Iterable[SegmentRecord],
@@ -160,11 +194,13 @@ def job_costs(
     window: Window | None = None,
     idle: Mapping[str, float] | None = None,
     lost: Mapping[str, LostWork] | None = None,
+    measured: Mapping[str, float] | None = None,
 ) -> list[JobCost]:
     """The ledger of every job with GPU time inside ``window``, in the order jobs were given.
 
-    ``idle`` maps job id to idle GPU-hours (from monitor window summaries); ``lost`` maps job id to
-    the work it recomputed after preemptions.
+    ``idle`` maps job id to idle GPU-hours and ``measured`` to the GPU-hours the monitor windows
+    cover (both from monitor window summaries; a job in neither was not measured); ``lost`` maps job
+    id to the work it recomputed after preemptions.
     """
     by_job: dict[str, list[SegmentCost]] = defaultdict(list)
     for seg in segments:
@@ -182,6 +218,11 @@ def job_costs(
         wall_hours = sum(p.hours for p in parts)
         work = (lost or {}).get(jid, LostWork())
         lost_gh = _lost_gpu_hours(work, gpu_hours, wall_hours)
+        idle_gh, measured_gh = measured_in_window(
+            gpu_hours,
+            None if idle is None or jid not in idle else float(idle[jid]),
+            None if measured is None else float(measured.get(jid, 0.0)),
+        )
         out.append(
             JobCost(
                 job_id=jid,
@@ -195,11 +236,13 @@ def job_costs(
                 gpu_hours=gpu_hours,
                 cost_usd=cost,
                 on_demand_usd=sum(p.on_demand_usd for p in parts),
-                idle_gpu_hours=None if idle is None or jid not in idle else float(idle[jid]),
+                idle_gpu_hours=idle_gh,
                 lost_steps=work.steps,
                 lost_gpu_hours=lost_gh,
                 lost_cost_usd=lost_gh * (cost / gpu_hours if gpu_hours > 0 else 0.0),
                 parts=tuple(parts),
+                measured_gpu_hours=measured_gh,
+                backend=job.backend,
             )
         )
     return out

@@ -3,6 +3,10 @@
 JSON and CSV field names follow OpenCost's allocation API where they overlap (``gpuHours``,
 ``gpuCost``, ``totalCost``, ``gpuEfficiency``, ``window``). gpuctl prices whole nodes, so
 ``gpuCost`` and ``totalCost`` are the same number.
+
+GPU use that was not measured is never shown as measured: ``measuredGpuHours`` says how many of a
+row's GPU-hours the monitors measured, ``idleGpuHours``, ``idleCost`` and ``gpuEfficiency`` are null
+(empty in CSV, "not measured" in the table) when none was, and efficiency counts measured GPU-hours only.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ COLUMNS = [
     "idleGpuHours",
     "idleCost",
     "gpuEfficiency",
+    "measuredGpuHours",
+    "measuredShare",
     "lostGpuHours",
     "lostCost",
     "projectedCost",
@@ -50,6 +56,8 @@ def row_fields(row: ReportRow) -> dict[str, Any]:
         "idleGpuHours": row.idle_gpu_hours if measured else None,
         "idleCost": row.idle_cost_usd if measured else None,
         "gpuEfficiency": row.gpu_efficiency,
+        "measuredGpuHours": row.measured_gpu_hours,
+        "measuredShare": row.measured_share if row.gpu_hours > 0 else None,
         "lostGpuHours": row.lost_gpu_hours,
         "lostCost": row.lost_cost_usd,
         "projectedCost": row.projected_usd,
@@ -130,6 +138,22 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.0f}%"
 
 
+NOT_MEASURED = "not measured"
+"""What the table shows where no GPU-hour of a row was measured (never 100 %)."""
+
+
+def _efficiency(x: float | None) -> str:
+    return NOT_MEASURED if x is None else _pct(x)
+
+
+def _share(row: ReportRow) -> str:
+    """The measured share of a row's GPU-hours: ``100%``, ``40%``, ``0%`` (``-`` with no GPU-hours)."""
+    if row.gpu_hours <= 0:
+        return "-"
+    share = row.measured_share
+    return "<1%" if 0 < share < 0.005 else f"{100 * share:.0f}%"
+
+
 def table_cells(row: ReportRow) -> list[str]:
     f = row_fields(row)
     return [
@@ -142,7 +166,8 @@ def table_cells(row: ReportRow) -> list[str]:
         _usd(f["savings"]),
         _num(f["idleGpuHours"]),
         _usd(f["idleCost"]),
-        _pct(f["gpuEfficiency"]),
+        _efficiency(f["gpuEfficiency"]),
+        _share(row),
         _num(f["lostGpuHours"]),
         _usd(f["lostCost"]),
     ]
@@ -159,6 +184,7 @@ TABLE_HEADERS = [
     "Idle GPU-h",
     "Idle cost",
     "Efficiency",
+    "Measured",
     "Lost GPU-h",
     "Lost cost",
 ]

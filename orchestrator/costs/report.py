@@ -15,7 +15,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
-from orchestrator.costs.ledger import JobCost, LostWork, SegmentCost, Window, job_costs
+from orchestrator.costs.budgets import CostConfig, month_window
+from orchestrator.costs.charts import TIME_STEPS, floor_to
+from orchestrator.costs.inputs import ReportInputs
+from orchestrator.costs.ledger import JobCost, LostWork, SegmentCost, Window, job_costs, segment_cost
 from orchestrator.errors import UserError
 from orchestrator.spec.durations import parse_duration
 from orchestrator.state.records import JobRecord, SegmentRecord
@@ -60,9 +63,17 @@ class ReportRow:
 
     @property
     def gpu_efficiency(self) -> float | None:
+        """Busy share of the measured GPU-hours only; ``None`` when none was measured (never 100 %)."""
         if self.measured_gpu_hours <= 0:
             return None
         return max(0.0, 1.0 - self.idle_gpu_hours / self.measured_gpu_hours)
+
+    @property
+    def measured_share(self) -> float:
+        """The share of the row's GPU-hours that the monitors measured (0 to 1)."""
+        if self.gpu_hours <= 0:
+            return 0.0
+        return min(1.0, self.measured_gpu_hours / self.gpu_hours)
 
 
 SUMMED = (
@@ -90,6 +101,18 @@ class Series:
 
 
 @dataclass(frozen=True)
+class BudgetBurn:
+    """One monthly budget's spend in the calendar month of the report: cumulative USD at the end of
+    each day so far (``times[i]``: the end of day i, or the report's time for today)."""
+
+    label: str
+    monthly_usd: float
+    month: Window
+    times: list[datetime]
+    cumulative_usd: list[float]
+
+
+@dataclass(frozen=True)
 class Report:
     window: Window
     by: GroupBy
@@ -99,6 +122,15 @@ class Report:
     jobs: list[JobCost]
     series: Series
     notes: list[str] = field(default_factory=list)
+    markets: dict[str, float] = field(default_factory=dict)
+    """Spend by market (``spot``, ``on-demand``), largest first."""
+    budgets: list[BudgetBurn] = field(default_factory=list)
+    """The configured monthly budgets' burn (empty when no budgets are configured)."""
+
+    @property
+    def simulated(self) -> bool:
+        """Whether some costs are simulated (jobs of the local backend)."""
+        return any(j.simulated for j in self.jobs)
 
 
 def parse_since(text: str, now: datetime) -> Window:
@@ -131,12 +163,30 @@ def parse_window(text: str) -> Window:
     return Window(_parse_time(parts[0]), _parse_time(parts[1]))
 
 
-def _bucket_for(span: timedelta) -> timedelta:
-    if span <= timedelta(days=2):
-        return timedelta(hours=1)
-    if span <= timedelta(days=92):
-        return timedelta(days=1)
-    return timedelta(days=7)
+BUCKET_SIZES = TIME_STEPS
+"""Bucket sizes of the cost-over-time series: the smallest that gives at most :data:`MAX_BUCKETS`."""
+MAX_BUCKETS = 30
+
+
+def bucket_for(span: timedelta, max_buckets: int = MAX_BUCKETS) -> timedelta:
+    """The smallest of :data:`BUCKET_SIZES` that covers ``span`` in at most ``max_buckets`` buckets."""
+    for size in BUCKET_SIZES:
+        if span <= size * max_buckets:
+            return size
+    return BUCKET_SIZES[-1]
+
+
+def data_span(segments: Iterable[SegmentRecord], window: Window, now: datetime) -> Window:
+    """Where the segments ran inside ``window`` (open ones until ``now``); ``window`` when none did."""
+    starts, ends = [], []
+    for seg in segments:
+        start, end = max(seg.started_at, window.start), min(seg.ended_at or now, window.end)
+        if end > start:
+            starts.append(start)
+            ends.append(end)
+    if not starts:
+        return window
+    return Window(min(starts), max(ends))
 
 
 def _group_key(by: GroupBy) -> Callable[[JobCost, SegmentRecord], str]:
@@ -151,32 +201,37 @@ def _group_key(by: GroupBy) -> Callable[[JobCost, SegmentRecord], str]:
 
 
 def _add_share(row: ReportRow, job: JobCost, part: SegmentCost) -> None:
+    """Add one segment of ``job`` to ``row``: its own GPU-hours and cost, and its share (by GPU-hours)
+    of the job's lost, measured and idle GPU-hours (only measured GPU-hours count for efficiency)."""
     share = part.gpu_hours / job.gpu_hours if job.gpu_hours > 0 else 0.0
     row.gpu_hours += part.gpu_hours
     row.cost_usd += part.cost_usd
     row.on_demand_usd += part.on_demand_usd
     row.lost_gpu_hours += job.lost_gpu_hours * share
     row.lost_cost_usd += job.lost_cost_usd * share
-    if job.idle_gpu_hours is not None:
-        row.measured_gpu_hours += part.gpu_hours
+    if job.idle_gpu_hours is not None and job.measured_gpu_hours:
+        row.measured_gpu_hours += job.measured_gpu_hours * share
         row.idle_gpu_hours += job.idle_gpu_hours * share
         row.idle_cost_usd += (job.idle_cost_usd or 0.0) * share
 
 
 class _Buckets:
-    """Spreads each segment's cost and savings over fixed time buckets."""
+    """Spreads each segment's cost and savings over time buckets that follow where the jobs ran
+    (``span``), of a size from :data:`BUCKET_SIZES`, aligned to whole multiples of it."""
 
-    def __init__(self, window: Window) -> None:
-        self.window = window
-        self.size = _bucket_for(window.end - window.start)
-        span = (window.end - window.start).total_seconds()
-        self.count = max(1, math.ceil(span / self.size.total_seconds()))
+    def __init__(self, window: Window, span: Window) -> None:
+        self.size = bucket_for(span.end - span.start)
+        start = floor_to(span.start, self.size)
+        end = max(span.end, start + self.size)
+        self.window = Window(start, end)
+        self.clip = window
+        self.count = max(1, math.ceil((end - start).total_seconds() / self.size.total_seconds()))
         self.cost: dict[str, list[float]] = defaultdict(lambda: [0.0] * self.count)
         self.savings = [0.0] * self.count
 
     def add(self, key: str, seg: SegmentRecord, now: datetime) -> None:
-        start = max(seg.started_at, self.window.start)
-        end = min(seg.ended_at or now, self.window.end)
+        start = max(seg.started_at, self.clip.start, self.window.start)
+        end = min(seg.ended_at or now, self.clip.end, self.window.end)
         step = self.size.total_seconds()
         rate = seg.nodes * seg.node_price_usd_per_hour / 3600.0
         save_rate = seg.nodes * (seg.on_demand_node_price_usd_per_hour - seg.node_price_usd_per_hour) / 3600.0
@@ -206,6 +261,95 @@ def default_window(segments: Iterable[SegmentRecord], now: datetime) -> Window:
     return Window(min(first, now - timedelta(hours=1)), now)
 
 
+def measured_note(totals: ReportRow) -> str | None:
+    """What the report says when some GPU-hours were not measured (None when all were)."""
+    if totals.gpu_hours <= 0 or totals.measured_gpu_hours >= totals.gpu_hours * (1 - 1e-9):
+        return None
+    if totals.measured_gpu_hours <= 0:
+        return (
+            f"GPU use not measured: none of the {totals.gpu_hours:,.2f} GPU-hours has monitor data (no NVML "
+            "on the nodes, or the monitor was off); idle GPU-hours and efficiency are not known"
+        )
+    return (
+        f"GPU use measured on {totals.measured_gpu_hours:,.2f} of {totals.gpu_hours:,.2f} GPU-hours "
+        f"({100 * totals.measured_share:.0f}%); efficiency counts only measured GPU-hours, "
+        "'not measured' where none was"
+    )
+
+
+SIMULATED_NOTE = (
+    "costs of local-backend jobs are simulated: local nodes are priced as the cloud instance they stand for"
+)
+
+
+def _notes(costs: list[JobCost], totals: ReportRow) -> list[str]:
+    notes = []
+    found = measured_note(totals)
+    if found:
+        notes.append(found)
+    if any(c.simulated for c in costs):
+        notes.append(SIMULATED_NOTE)
+    return notes
+
+
+def _markets(costs: Iterable[JobCost]) -> dict[str, float]:
+    spend: dict[str, float] = defaultdict(float)
+    for jc in costs:
+        for part in jc.parts:
+            spend[part.segment.market] += part.cost_usd
+    return dict(sorted(spend.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def budget_burn(
+    label: str,
+    monthly_usd: float,
+    counts: Callable[[str], bool],
+    jobs: Iterable[JobRecord],
+    segments: Iterable[SegmentRecord],
+    now: datetime,
+) -> BudgetBurn:
+    """The spend of the teams that ``counts`` in the calendar month of ``now``, cumulative per day."""
+    month = month_window(now)
+    ids = {j.id for j in jobs if counts(j.team)}
+    mine = [s for s in segments if s.job_id in ids]
+    times, cumulative, total = [], [], 0.0
+    day = month.start
+    while day < now and day < month.end:
+        end = min(day + timedelta(days=1), now)
+        total += sum(segment_cost(s, now, Window(day, end)).cost_usd for s in mine)
+        times.append(end)
+        cumulative.append(total)
+        day += timedelta(days=1)
+    return BudgetBurn(label, monthly_usd, month, times, cumulative)
+
+
+def budget_burns(
+    config: CostConfig | None, jobs: Iterable[JobRecord], segments: Iterable[SegmentRecord], now: datetime
+) -> list[BudgetBurn]:
+    """One :class:`BudgetBurn` per configured team budget, and one for the budget the other teams
+    share (when it is set and some other team spent); empty without budgets."""
+    if config is None or not config.has_budgets:
+        return []
+    job_list, seg_list = list(jobs), list(segments)
+    burns = [
+        budget_burn(f"team {team}", usd, team.__eq__, job_list, seg_list, now)
+        for team, usd in sorted(config.team_budgets_usd.items())
+    ]
+    if config.other_teams_monthly_usd is not None:
+        listed = set(config.team_budgets_usd)
+        others = budget_burn(
+            "other teams (shared)",
+            config.other_teams_monthly_usd,
+            lambda t: t not in listed,
+            job_list,
+            seg_list,
+            now,
+        )
+        if others.cumulative_usd and others.cumulative_usd[-1] > 0:
+            burns.append(others)
+    return burns
+
+
 def build_report(
     jobs: Iterable[JobRecord],
     segments: Iterable[SegmentRecord],
@@ -215,17 +359,21 @@ def build_report(
     idle: Mapping[str, float] | None = None,
     lost: Mapping[str, LostWork] | None = None,
     to_finish: Mapping[str, float] | None = None,
+    measured: Mapping[str, float] | None = None,
+    budgets: CostConfig | None = None,
 ) -> Report:
     """Group the ledger of ``window`` (all time when ``None``) by ``by``; rows sorted by cost.
-    ``to_finish``: running job id -> forecast USD to finish, added to the row of its open segment."""
+    ``to_finish``: running job id -> forecast USD to finish, added to the row of its open segment.
+    ``idle``/``measured``: job id -> idle and measured GPU-hours (:func:`job_costs`); ``budgets``:
+    the controller config, for each monthly budget's burn."""
     group = GroupBy(by)
-    seg_list = list(segments)
+    job_list, seg_list = list(jobs), list(segments)
     win = window or default_window(seg_list, now)
-    costs = job_costs(jobs, seg_list, now, win, idle, lost)
+    costs = job_costs(job_list, seg_list, now, win, idle, lost, measured)
     key_of = _group_key(group)
     rows: dict[str, ReportRow] = {}
     members: dict[str, set[str]] = defaultdict(set)
-    buckets = _Buckets(win)
+    buckets = _Buckets(win, data_span(seg_list, win, now))
     for jc in costs:
         for part in jc.parts:
             key = key_of(jc, part.segment)
@@ -241,8 +389,22 @@ def build_report(
         row.jobs = len(members[row.name])
         for name in SUMMED:
             setattr(totals, name, getattr(totals, name) + getattr(row, name))
-    notes = []
-    if costs and not any(c.idle_gpu_hours is not None for c in costs):
-        notes.append("no monitor data: idle GPU-hours and efficiency are not known")
     series = buckets.series([r.name for r in ordered])
-    return Report(win, group, now, ordered, totals, costs, series, notes)
+    burns = budget_burns(budgets, job_list, seg_list, now)
+    return Report(
+        win, group, now, ordered, totals, costs, series, _notes(costs, totals), _markets(costs), burns
+    )
+
+
+def build_report_from(
+    inputs: ReportInputs,
+    now: datetime,
+    window: Window | None,
+    by: GroupBy | str,
+    budgets: CostConfig | None = None,
+) -> Report:
+    """:func:`build_report` over everything a :class:`~orchestrator.costs.inputs.ReportInputs` holds."""
+    return build_report(
+        inputs.jobs, inputs.segments, now, window, by, inputs.idle, inputs.lost, inputs.to_finish,
+        inputs.measured, budgets,
+    )  # fmt: skip

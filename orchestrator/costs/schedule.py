@@ -14,7 +14,7 @@ from orchestrator.costs.budgets import CostConfig
 from orchestrator.costs.html import to_html
 from orchestrator.costs.inputs import ReportInputs
 from orchestrator.costs.render import to_csv
-from orchestrator.costs.report import GroupBy, build_report, parse_since
+from orchestrator.costs.report import GroupBy, build_report_from, parse_since
 from orchestrator.errors import UserError
 
 REPORT_JOB_ID = "gpuctl-cost-report"
@@ -72,14 +72,14 @@ def write_report_files(
     now: datetime | None = None,
     since: str = "7d",
     by: GroupBy | str = GroupBy.TEAM,
+    budgets: CostConfig | None = None,
 ) -> list[Path]:
-    """Build the report of the last ``since`` and write ``cost-report-<time>.html`` and ``.csv``."""
+    """Build the report of the last ``since`` and write ``cost-report-<time>.html`` and ``.csv``
+    (``budgets``: the config whose monthly budgets the HTML charts)."""
     moment = now or datetime.now(UTC)
     inputs = load_inputs()
     window = parse_since(since, moment)
-    report = build_report(
-        inputs.jobs, inputs.segments, moment, window, by, inputs.idle, inputs.lost, inputs.to_finish
-    )
+    report = build_report_from(inputs, moment, window, by, budgets)
     folder.mkdir(parents=True, exist_ok=True)
     stem = folder / f"cost-report-{moment.strftime('%Y%m%dT%H%M%SZ')}"
     written = []
@@ -110,7 +110,13 @@ def register_report_job(
     return scheduler.add_job(
         write_report_files,
         trigger=cron_trigger(config.report_schedule),
-        kwargs={"folder": config.report_folder, "load_inputs": load_inputs, "since": since, "by": by},
+        kwargs={
+            "folder": config.report_folder,
+            "load_inputs": load_inputs,
+            "since": since,
+            "by": by,
+            "budgets": config,
+        },
         id=REPORT_JOB_ID,
         name="gpuctl cost report",
         replace_existing=True,

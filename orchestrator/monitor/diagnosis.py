@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator.contract import read_progress_records
+from orchestrator.contract import UNAVAILABLE_KIND, monitor_unavailable, read_progress_records, summary_record
 from orchestrator.contract.fields import MAX_SECONDS
 from orchestrator.errors import NotFoundError, UserError
 from orchestrator.monitor.summary import read_summaries
@@ -248,19 +248,60 @@ def _oversized(
     return Finding("oversized-gpu", "info", message, evidence, fix)
 
 
+NOT_MEASURED_CODE = "gpu-not-measured"
+
+
+def not_measured(why: str | None = None) -> Finding:
+    """The finding for a job whose GPU use nobody measured: its GPU rules could not run, which is not
+    the same as "no problems" (``why``: the monitor's own message, e.g. that there is no NVML)."""
+    reason = why or "no GPU monitor window summaries"
+    return Finding(
+        NOT_MEASURED_CODE,
+        "info",
+        f"GPU use not measured ({reason}): utilization, memory and idle time were not checked",
+        {"windows": 0},
+        "run the job on nodes with an NVIDIA driver (NVML) and the GPU monitor on, "
+        "or give --summaries a monitor summary file",
+    )
+
+
 def diagnose(
     windows: Sequence[dict[str, Any]] = (),
     steps: Sequence[StepTiming] = (),
     gpu_memory_gib: float | None = None,
     candidates: Iterable[GpuCandidate] = (),
     thresholds: Thresholds = Thresholds(),
+    unmeasured_reason: str | None = None,
 ) -> list[Finding]:
+    """Every rule; when no window measured a GPU, a :func:`not_measured` finding instead of the GPU
+    rules (``unmeasured_reason``: why, from the monitor's ``unavailable`` record)."""
     findings = diagnose_steps(steps, thresholds)
     usage = combine_windows(windows)
     if usage is not None:
         findings += diagnose_usage(usage, thresholds, gpu_memory_gib, candidates)
+    else:
+        findings.append(not_measured(unmeasured_reason))
     order = {"critical": 0, "warning": 1, "info": 2}
     return sorted(findings, key=lambda f: order.get(f.severity, 3))
+
+
+def unavailable_reason(paths: Iterable[str | Path]) -> str | None:
+    """Why the monitor measured nothing, from the ``unavailable`` records of summary files:
+    ``no NVML on the nodes: <message>`` (or the monitor's message); None when no file says."""
+    for path in paths:
+        try:
+            lines = Path(path).read_bytes().split(b"\n")
+        except OSError:
+            continue
+        for line in lines:
+            record = summary_record(line)
+            if record is None or record.get("kind") != UNAVAILABLE_KIND:
+                continue
+            notice = monitor_unavailable(record)
+            if notice.reason == "no_nvml":
+                return f"no NVML on the nodes: {notice.message or 'NVML is not available'}"
+            return notice.message or notice.reason or "the GPU monitor did not run"
+    return None
 
 
 def read_step_timings(path: str | Path) -> list[StepTiming]:
@@ -295,4 +336,5 @@ def diagnose_files(
             raise NotFoundError(f"{path} does not exist", "check the path (a job folder holds both files)")
     windows = read_summaries(summary_path) if summary_path is not None else []
     steps = read_step_timings(progress_path) if progress_path is not None else []
-    return diagnose(windows, steps, gpu_memory_gib, candidates, thresholds)
+    why = unavailable_reason([summary_path]) if summary_path is not None else None
+    return diagnose(windows, steps, gpu_memory_gib, candidates, thresholds, why)

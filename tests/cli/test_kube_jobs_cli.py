@@ -127,7 +127,7 @@ async def test_status_shows_why_nothing_was_measured(
     status = {"state": "RUNNING", "gpuMonitorMessage": NO_NVML_MESSAGE}
     await asyncio.to_thread(client.patch_gpujob_status, "blind", "ml", status)
     code, out = await asyncio.to_thread(_cli, capsys, "status", "blind", *k)
-    assert code == 0 and NO_NVML_MESSAGE in out and "GPU use:" not in out
+    assert code == 0 and f"GPU use: not measured ({NO_NVML_MESSAGE})" in out and "utilization mean" not in out
 
 
 @pytest.mark.asyncio

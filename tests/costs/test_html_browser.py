@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.costs.budgets import CostConfig
 from orchestrator.costs.html import to_html
 from orchestrator.costs.report import build_report
-from tests.costs.factory import at, fleet
+from tests.costs.factory import at, fleet, job, seg
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = [
@@ -68,36 +69,18 @@ def png_gray_values(path: Path) -> list[int]:
     return gray
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install -y chromium)")
-def test_html_report_renders_with_data_in_chromium(tmp_path: Path) -> None:
-    jobs, segments, idle = fleet()
-    report = build_report(jobs, segments, at(12, day=8), None, "team", idle=idle)
-    page = tmp_path / "report.html"
-    page.write_text(to_html(report), encoding="utf-8")
+def render(tmp_path: Path, page: Path) -> tuple[str, list[int]]:
+    """The DOM Chromium builds from ``page`` and the gray values of its screenshot (1400 x 1600)."""
     assert "<script" not in page.read_text() and "http://" not in page.read_text().replace(
         'xmlns="http://www.w3.org/2000/svg"', ""
     )
-    profile = tmp_path / "profile"
-    base = [str(CHROMIUM), *FLAGS, f"--user-data-dir={profile}"]
+    base = [str(CHROMIUM), *FLAGS, f"--user-data-dir={tmp_path / 'profile'}"]
     dom = subprocess.run(
         [*base, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=60, check=True
     ).stdout
-    for chart in ("cost-over-time", "savings-over-time", "utilization-histogram", "efficiency-vs-cost"):
-        assert f'data-chart="{chart}"' in dom
-    cost_svg = re.search(r'data-chart="cost-over-time".*?</svg>', dom, flags=re.S)
-    assert cost_svg and len(re.findall(r'class="bar"', cost_svg.group(0))) >= 5
-    assert {"ml-research", "vision", "nlp"} <= set(re.findall(r'data-group="([^"]+)"', cost_svg.group(0)))
-    hist = re.search(r'data-chart="utilization-histogram".*?</svg>', dom, flags=re.S)
-    assert hist and 'data-at="0.5"' in hist.group(0) and 'data-at="0.8"' in hist.group(0)
-    assert 'class="bar"' in hist.group(0)
-    scatter = re.search(r'data-chart="efficiency-vs-cost".*?</svg>', dom, flags=re.S)
-    assert scatter and len(re.findall(r'class="point"', scatter.group(0))) == sum(1 for _ in idle)
-    assert f"${report.totals.cost_usd:,.2f}" in dom
-
-    shot = tmp_path / "shot.png"
+    shot = page.with_suffix(".png")
     subprocess.run(
-        [*base, f"--screenshot={shot}", "--window-size=1200,1600", page.as_uri()],
+        [*base, f"--screenshot={shot}", "--window-size=1400,1600", page.as_uri()],
         capture_output=True,
         timeout=60,
         check=True,
@@ -107,3 +90,53 @@ def test_html_report_renders_with_data_in_chromium(tmp_path: Path) -> None:
     variance = sum((g - mean) ** 2 for g in gray) / len(gray)
     assert variance > 100, f"screenshot looks blank (variance {variance:.1f})"
     assert sum(1 for g in gray if g < 200) > 0.01 * len(gray), "too few drawn pixels"
+    return dom, gray
+
+
+def right_third_drawn(gray: list[int], width: int = 1400 // 4) -> bool:
+    """Whether the right third of the screenshot has drawn pixels (the page uses the full width);
+    ``gray`` holds every 4th pixel of each row."""
+    rows = [gray[i : i + width] for i in range(0, len(gray), width)]
+    return sum(1 for row in rows for g in row[2 * width // 3 :] if g < 200) > 0.002 * len(gray)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install -y chromium)")
+def test_html_report_renders_with_data_in_chromium(tmp_path: Path) -> None:
+    jobs, segments, idle = fleet()
+    config = CostConfig({"ml-research": 400.0}, other_teams_monthly_usd=300.0)
+    report = build_report(jobs, segments, at(12, day=8), None, "team", idle=idle, budgets=config)
+    page = tmp_path / "report.html"
+    page.write_text(to_html(report), encoding="utf-8")
+    dom, gray = render(tmp_path, page)
+    for chart in (
+        "cost-over-time", "savings-over-time", "market-split", "budget", "utilization-histogram", "efficiency-vs-cost"
+    ):  # fmt: skip
+        assert f'data-chart="{chart}"' in dom
+    cost_svg = re.search(r'data-chart="cost-over-time".*?</svg>', dom, flags=re.S)
+    assert cost_svg and len(re.findall(r'class="bar"', cost_svg.group(0))) >= 5
+    assert {"ml-research", "vision", "nlp"} <= set(re.findall(r'data-group="([^"]+)"', cost_svg.group(0)))
+    hist = re.search(r'data-chart="utilization-histogram".*?</svg>', dom, flags=re.S)
+    assert hist and 'data-at="0.5"' in hist.group(0) and 'data-at="0.8"' in hist.group(0)
+    assert 'class="bar"' in hist.group(0)
+    scatter = re.search(r'data-chart="efficiency-vs-cost".*?</svg>', dom, flags=re.S)
+    assert scatter and len(re.findall(r'class="point"', scatter.group(0))) == sum(1 for _ in idle)
+    assert f"${report.totals.cost_usd:,.2f}" in dom and 'class="limit"' in dom
+    assert right_third_drawn(gray), "the right third of the page is empty"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install -y chromium)")
+def test_html_report_renders_one_point_in_chromium(tmp_path: Path) -> None:
+    """One job of 30 seconds: one bucket, one savings point, one bar; nothing blank."""
+    segments = [seg("short", at(5), at(5) + (at(0.01) - at(0)), price=1.0, od=3.0)]
+    report = build_report([job("short")], segments, at(6), None, "job")
+    page = tmp_path / "one.html"
+    page.write_text(to_html(report), encoding="utf-8")
+    dom, gray = render(tmp_path, page)
+    savings = re.search(r'data-chart="savings-over-time".*?</svg>', dom, flags=re.S)
+    assert savings and len(re.findall(r'class="point"', savings.group(0))) == 1
+    cost_svg = re.search(r'data-chart="cost-over-time".*?</svg>', dom, flags=re.S)
+    assert cost_svg and len(re.findall(r'class="bar"', cost_svg.group(0))) == 1
+    assert "GPU use not measured" in dom and "banner simulated" in dom
+    assert right_third_drawn(gray), "the right third of the page is empty"

@@ -82,9 +82,12 @@ def test_window_and_buckets() -> None:
     report = build_report([job], segments, at(20), Window(at(11), at(15)), "job")
     # inside [11, 15): 1h x 2 @1.0 + 1h x 2 @1.2 + 1h x 1 @1.2 = 5.6
     assert report.totals.cost_usd == pytest.approx(5.6)
-    assert report.series.bucket == timedelta(hours=1) and len(report.series.starts) == 4
-    assert report.series.cost_by_group["j3"] == pytest.approx([2.0, 1.2, 1.2, 1.2])
-    assert report.notes and "no monitor data" in report.notes[0]
+    # 4 hours of segments: 10-minute buckets (at most 30), from 11:00 to 15:00
+    assert report.series.bucket == timedelta(minutes=10) and len(report.series.starts) == 24
+    assert report.series.starts[0] == at(11) and report.series.starts[-1] + report.series.bucket == at(15)
+    hourly = [sum(report.series.cost_by_group["j3"][i : i + 6]) for i in range(0, 24, 6)]
+    assert hourly == pytest.approx([2.0, 1.2, 1.2, 1.2])
+    assert report.notes and "GPU use not measured" in report.notes[0]
 
 
 def test_since_and_window_parsing() -> None:

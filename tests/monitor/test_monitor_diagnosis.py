@@ -10,13 +10,24 @@ import pytest
 
 from orchestrator.errors import NotFoundError, UserError
 from orchestrator.monitor.diagnosis import (
+    NOT_MEASURED_CODE,
     GpuCandidate,
     StepTiming,
     diagnose,
     diagnose_files,
     read_step_timings,
 )
+from orchestrator.monitor.summary import unavailable_record
 from tests.monitor.monitor_helpers import GIB
+
+
+def write_progress(folder: Path) -> Path:
+    path = folder / "progress.jsonl"
+    path.write_text(
+        "".join(json.dumps({"step": s, "data_s": 0.01, "compute_s": 0.5}) + "\n" for s in range(1, 9))
+    )
+    return path
+
 
 HEALTHY: dict[str, Any] = {
     "kind": "gpuctl.monitor.window",
@@ -55,13 +66,14 @@ def test_healthy_job_has_no_findings() -> None:
 
 def test_input_bound_fires_over_five_percent() -> None:
     steps = [StepTiming(5.0, 0.1)] + [StepTiming(0.19, 0.31)] * 10  # first step (warm-up) is skipped
-    [finding] = diagnose([], steps)
+    [finding, unmeasured] = diagnose([], steps)  # no window: the GPU rules say it was not measured
+    assert unmeasured.code == NOT_MEASURED_CODE
     assert finding.code == "input-bound" and finding.severity == "critical"
     assert finding.evidence["data_fraction"] == pytest.approx(0.38)
     assert finding.message.startswith("input-bound: 38 % of step time waiting for data")
     assert "num_workers" in finding.fix and "pin_memory" in finding.fix
-    assert codes([], [StepTiming(0.04, 0.96)] * 5) == set()  # 4 %: fine
-    assert [f.severity for f in diagnose([], [StepTiming(0.1, 0.9)] * 5)] == ["warning"]
+    assert codes([], [StepTiming(0.04, 0.96)] * 5) == {NOT_MEASURED_CODE}  # 4 %: fine
+    assert [f.severity for f in diagnose([], [StepTiming(0.1, 0.9)] * 5)] == ["warning", "info"]
 
 
 def test_low_utilization_fires_under_fifty_percent() -> None:
@@ -129,3 +141,23 @@ def test_diagnose_files_reads_progress_and_summaries(tmp_path: Path) -> None:
         diagnose_files(tmp_path / "missing.jsonl", None)
     with pytest.raises(UserError):
         diagnose_files(None, None)
+
+
+def test_no_window_is_not_measured_never_no_problems(tmp_path: Path) -> None:
+    """No window measured a GPU: one finding says so, with the monitor's reason; never an empty list
+    (which the CLI prints as "no problems found")."""
+    [finding] = diagnose([], [])
+    assert finding.code == NOT_MEASURED_CODE and finding.message.startswith("GPU use not measured (")
+    summary = tmp_path / "monitor-summary.jsonl"
+    summary.write_text(
+        json.dumps(unavailable_record("j", "no_nvml", "NVML is not available: no driver")) + "\n"
+    )
+    [finding] = diagnose_files(summary)
+    assert finding.message.startswith(
+        "GPU use not measured (no NVML on the nodes: NVML is not available: no driver)"
+    )
+    assert (
+        diagnose_files(summary_path=None, progress_path=write_progress(tmp_path))[-1].code
+        == NOT_MEASURED_CODE
+    )
+    assert NOT_MEASURED_CODE not in codes([window()])
