@@ -19,3 +19,9 @@ from __future__ import annotations
 
 RESTARTING_AGENT_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 """The environment of a torchrun agent that restarts its workers: a fresh store for every world."""
+
+AGENT_SIGNAL_EXCEPTION = "torch.distributed.elastic.multiprocessing.api.SignalException"
+"""What a torchrun agent raises when it gets SIGTERM, SIGINT, SIGHUP or SIGQUIT (the notice, a cancel):
+it stops its workers with that signal, then ends with this exception's traceback, 26 lines of the
+agent's own stack and nothing of the training. ``gpuctl logs`` shows such a traceback as one line
+(:mod:`orchestrator.cli.log_files`); ``--raw`` shows it as written."""

@@ -14,8 +14,12 @@ from enum import StrEnum
 from functools import cache
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from orchestrator.errors import UserError
+
+if TYPE_CHECKING:
+    from orchestrator.catalog.quirks import SetAside
 
 
 class MarketKind(StrEnum):
@@ -137,12 +141,28 @@ def read_offers_csv(path: Path | str, source: str) -> list[Offer]:
 
 @cache
 def builtin_offers() -> tuple[Offer, ...]:
+    """The built-in list prices, less what their README marks as wrong
+    (:mod:`orchestrator.catalog.quirks`)."""
+    from orchestrator.catalog.quirks import trusted
+
+    return tuple(trusted(_builtin_rows())[0])
+
+
+@cache
+def _builtin_rows() -> tuple[Offer, ...]:
     folder = resources.files("orchestrator.catalog") / "data"
     out: list[Offer] = []
     for cloud in ("aws", "gcp", "azure"):
         with resources.as_file(folder / f"{cloud}_gpu.csv") as path:
             out.extend(read_offers_csv(path, "built-in list prices"))
     return tuple(out)
+
+
+def builtin_set_aside() -> list[SetAside]:
+    """What :func:`builtin_offers` leaves out of the built-in rows, and why."""
+    from orchestrator.catalog.quirks import trusted
+
+    return trusted(_builtin_rows())[1]
 
 
 def gpu_types(offers: Iterable[Offer]) -> list[str]:

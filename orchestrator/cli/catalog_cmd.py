@@ -9,10 +9,13 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from orchestrator.catalog.offers import builtin_set_aside
 from orchestrator.catalog.override import current_offers
+from orchestrator.catalog.quirks import notes
 from orchestrator.catalog.refresh import refresh_aws
 from orchestrator.catalog.summary import GpuSummary, summarize
 from orchestrator.cli.output import add_output_option, print_json, usd
+from orchestrator.terminal import terminal_text
 
 
 def register(sub: Any) -> None:
@@ -74,6 +77,8 @@ def run_gpus(args: argparse.Namespace) -> int:
         print_json([_as_dict(s) for s in rows])
     else:
         Console(width=170).print(_table(rows, per_gpu=args.gpu is None))
+        for note in notes(builtin_set_aside(), gpu=args.gpu, cloud=args.cloud):
+            print(terminal_text(f"note: {note}"))
     return 0
 
 

@@ -16,7 +16,7 @@ SHELLS = ("bash", "zsh", "tcsh")
 
 def register(sub: Any) -> None:
     p = sub.add_parser("completion", help="print a shell completion script (bash, zsh or tcsh)")
-    p.add_argument("shell", choices=SHELLS)
+    p.add_argument("shell", choices=SHELLS, help="the shell to complete for")
     p.set_defaults(run=run_completion)
 
 

@@ -45,12 +45,26 @@ def _placing(view: JobView, market: MarketView) -> Reason:
     clock = JobClock(view.now, view.submitted_at, view.deadline, view.progress, view.watch)
     choice = choose_market(view.spec, market, clock)
     if not isinstance(choice, str):
-        return "placing", f"placing on {choice.placement.market} {choice.placement.zone}: {choice.why}"
+        return "placing", placing_line(str(choice.placement.market), choice.placement.zone, choice.why)
     short = [
         z.zone for z in market.zones if z.capacity is not None and z.capacity < view.spec.resources.min_nodes
     ]
     zones = ", ".join(short or [z.zone for z in market.zones]) or "no allowed zone"
     return "no_spot", f"no spot capacity in {zones} since {_since(view, 'no_spot')}; {choice}"
+
+
+def placing_line(market: str, zone: str, why: str) -> str:
+    """``placing on spot use2-az2 (greedy, slack 3.0 h)``: the placement once, then the policy's reason
+    less what repeats the placement (``spot in use2-az2``, ``on-demand:``)."""
+    where = f"{market} {zone}" if zone else market
+    rest = why
+    for said in (f"{market} in {zone}" if zone else None, f"{market}:"):
+        if said and rest.startswith(said):
+            rest = rest.removeprefix(said).lstrip(" :;,")
+            break
+    if not rest:
+        return f"placing on {where}"
+    return f"placing on {where} {rest}" if rest.startswith("(") else f"placing on {where}: {rest}"
 
 
 def _launching(view: JobView, market: MarketView) -> Reason:

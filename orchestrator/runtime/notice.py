@@ -56,6 +56,14 @@ class NoticeWatcher:
         self.received = signal.Signals(signum)
         self._event.set()
 
+    def describe(self) -> str:
+        """How the notice came: ``SIGTERM``, ``notice file PATH``, or ``another rank's notice``."""
+        if self.received is not None:
+            return self.received.name
+        if self.notice_file is not None and self.notice_file.exists():
+            return f"notice file {self.notice_file}"
+        return "another rank's notice" if not self._event.is_set() else "asked by the training script"
+
     def trigger(self) -> None:
         """Act as if a notice arrived (tests, or a training script's own reasons)."""
         self._event.set()

@@ -69,6 +69,14 @@ def _env_float(name: str) -> float | None:
     return float(text) if text else None
 
 
+def notice_line(how: str, step: int, rank: int) -> str:
+    """The one line a rank prints when it leaves for a preemption notice (``how``: what brought it)."""
+    return (
+        f"gpuctl: preemption notice ({how}): checkpoint of step {step} saved; "
+        f"rank {rank} exiting {PREEMPTED_EXIT_CODE} to be resumed"
+    )
+
+
 class Runtime:
     """Checkpoint/resume and progress reporting for one training process (one rank).
 
@@ -303,12 +311,7 @@ class Runtime:
             dist.barrier()
         self.progress.event("preempted", step)
         sys.stdout.flush()
-        print(
-            f"gpuctl runtime: rank {self.rank}: preemption notice, checkpoint of step {step} saved, "
-            f"exiting with {PREEMPTED_EXIT_CODE}",
-            file=sys.stderr,
-            flush=True,
-        )
+        print(notice_line(self.notice.describe(), step, self.rank), file=sys.stderr, flush=True)
         raise SystemExit(PREEMPTED_EXIT_CODE)
 
     def finish(self, metrics: dict[str, Any] | None = None, step: int | None = None) -> None:

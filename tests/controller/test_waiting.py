@@ -134,3 +134,12 @@ def test_idle_with_checkpoint_and_stop_stops_the_nodes() -> None:
     actions = reconcile_and_explain(_running(GpuActivity(NOW, NOW - timedelta(minutes=6), 0.0), body))
     assert any(isinstance(a, StopNodes) for a in actions)
     assert [a.target for a in actions if isinstance(a, Transition)] == [S.FAILED]
+
+
+def test_a_placing_line_names_the_placement_once() -> None:
+    """Issue 32: "placing on spot use2-az2: spot in use2-az2 (...)" said the zone twice."""
+    placing = view("resources: {nodes: 1}\n", status=S.PLACING, spot_capacity=2)
+    code, message = WAITING_REASONS[S.PLACING](placing, market_view(placing))
+    zone = SPOT.zone
+    assert code == "placing" and message.startswith(f"placing on spot {zone} (")
+    assert message.count(zone) == 1, message

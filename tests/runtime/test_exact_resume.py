@@ -159,7 +159,7 @@ def test_interrupted_twice_ends_bit_identical(tmp_path: Path) -> None:
     assert 23 <= noticed < STEPS
     log = (run / "log.txt").read_text()
     for rank in (0, 1):
-        assert f"rank {rank}: preemption notice, checkpoint of step {noticed} saved, exiting with 75" in log
+        assert f"checkpoint of step {noticed} saved; rank {rank} exiting 75 to be resumed" in log
     assert PREEMPTED_EXIT_CODE == 75
     store = CheckpointStore(LocalStorage(run / "ck"))
     assert store.complete_steps()[-1] == noticed

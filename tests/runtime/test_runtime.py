@@ -98,7 +98,9 @@ def test_progress_lines_and_finish(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("how", ["signal", "file"])
-def test_notice_checkpoints_and_exits_75(tmp_path: Path, how: str) -> None:
+def test_notice_checkpoints_and_exits_75(
+    tmp_path: Path, how: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     model, opt, sched = _setup()
     notice_file = tmp_path / "notice"
     progress = tmp_path / "p.jsonl"
@@ -123,6 +125,10 @@ def test_notice_checkpoints_and_exits_75(tmp_path: Path, how: str) -> None:
         assert exited.value.code == PREEMPTED_EXIT_CODE
         assert rt.store.complete_steps() == [3]
         assert _lines(progress)[-1]["event"] == "preempted"
+        came = "SIGUSR2" if how == "signal" else f"notice file {notice_file}"
+        assert capsys.readouterr().err.splitlines()[-1] == (  # one line that says it all (issue 32)
+            f"gpuctl: preemption notice ({came}): checkpoint of step 3 saved; rank 0 exiting 75 to be resumed"
+        )
     finally:
         watcher.uninstall()
 

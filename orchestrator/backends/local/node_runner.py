@@ -13,6 +13,10 @@ group does not stop it), dying with the runner (``PR_SET_PDEATHSIG``) and carryi
 ``GPUCTL_NODE_ID`` (so killing the node kills it). Its output goes to ``monitor.log``. When the
 trainer ends, the runner stops the monitor (SIGTERM: it writes its last window) before writing
 ``exit_code``. A monitor that cannot run (no NVML) costs one line in the node's output, never the job.
+
+The setup command's and the trainer's output reach ``output.log`` (the runner's standard output)
+through the runner, each line headed by its time (:mod:`orchestrator.backends.local.output_log`),
+as do the runner's own lines.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from orchestrator.backends.local.output_log import TimedOutput
 from orchestrator.backends.monitoring import summary_file_name
 
 MONITOR_STOP_TIMEOUT_S = 5.0
@@ -51,7 +56,8 @@ def _die_with_parent() -> None:
 class NodeMonitor:
     """The node's GPU monitor process: started, watched, stopped; never fails the node."""
 
-    def __init__(self, argv: list[str], node_dir: Path) -> None:
+    def __init__(self, argv: list[str], node_dir: Path, output: TimedOutput) -> None:
+        self.output = output
         self.reported = False
         self.proc: subprocess.Popen[bytes] | None = None
         summary = node_dir.parent.parent / summary_file_name(node_dir.name)  # in the job folder
@@ -68,7 +74,7 @@ class NodeMonitor:
     def _say(self, line: str) -> None:
         if not self.reported:
             self.reported = True
-            print(f"gpuctl: {line}", flush=True)
+            self.output.say(f"gpuctl: {line}")
 
     def check(self) -> None:
         """Report, once, a monitor that ended by itself."""
@@ -122,18 +128,35 @@ def main(argv: list[str]) -> int:
     for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):
         signal.signal(sig, on_notice)
 
+    output = TimedOutput(sys.stdout.fileno())
+    try:
+        code = _run(command, node_dir, monitor_argv, output, noticed)
+    finally:
+        output.close()
+    _write_atomic(node_dir / "exit_code", str(code))
+    return 0
+
+
+def _run(
+    command: list[str],
+    node_dir: Path,
+    monitor_argv: list[str] | None,
+    output: TimedOutput,
+    noticed: list[int],
+) -> int:
+    """The setup command, then the trainer (with the node's monitor); the exit code of the node."""
     setup = os.environ.get("GPUCTL_SETUP")
     code = 0
     if setup:
-        code = subprocess.call(["/bin/sh", "-c", setup])
+        code = subprocess.call(["/bin/sh", "-c", setup], stdin=subprocess.DEVNULL, stdout=output.fd,
+                               stderr=output.fd)  # fmt: skip
     if code == 0:
-        monitor = NodeMonitor(monitor_argv, node_dir) if monitor_argv and not noticed else None
-        child = subprocess.Popen(command)
+        monitor = NodeMonitor(monitor_argv, node_dir, output) if monitor_argv and not noticed else None
+        child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=output.fd, stderr=output.fd)
         code = _wait(child, monitor)
         if monitor is not None:
             monitor.stop()
-    _write_atomic(node_dir / "exit_code", str(code))
-    return 0
+    return code
 
 
 if __name__ == "__main__":
