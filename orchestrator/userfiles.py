@@ -8,7 +8,8 @@ traceback.
   only if it is a regular file (not a folder, FIFO or device), at most ``max_bytes`` long, UTF-8.
 * :func:`text_lines` reads a long file line by line, each line at most :data:`MAX_LINE_BYTES`;
   :func:`check_text_file` reads one through to check it.
-* :func:`load_yaml` and :func:`compose_yaml` parse YAML: no aliases (``&a`` and ``*a``: a few bytes of
+* :func:`load_yaml` and :func:`compose_yaml` parse YAML (:func:`compose_yaml_documents` each document
+  of a multi-document file, such as a Kubernetes manifest): no aliases (``&a`` and ``*a``: a few bytes of
   them expand to gigabytes), at most :data:`MAX_DEPTH` levels, :data:`MAX_VALUES` values and
   :data:`MAX_YAML_BYTES` bytes, and no key twice in one mapping (YAML would keep the last silently).
 
@@ -22,9 +23,9 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
 import yaml
 
@@ -47,6 +48,7 @@ CONFIG_FIX = (
 )
 """The fix for the controller config, ``$GPUCTL_HOME/config.yaml``, that cannot be read."""
 
+_T = TypeVar("_T")
 _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when installed: 20x faster
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
@@ -225,6 +227,28 @@ def compose_yaml(
     text: str, source: str, reveal: bool = True, data_fix: str | None = None
 ) -> tuple[yaml.Node | None, Any]:
     """The node tree (whose marks give line numbers) and the data of one YAML document."""
+
+    def one() -> tuple[yaml.Node | None, Any]:
+        root = yaml.compose(text, Loader=_Loader)
+        return root, _construct(root, source, reveal)
+
+    return _read_yaml(text, source, reveal, data_fix, one)
+
+
+def compose_yaml_documents(
+    text: str, source: str, reveal: bool = True, data_fix: str | None = None
+) -> list[tuple[yaml.Node, Any]]:
+    """The node tree and the data of each document of a YAML stream (``---`` between documents), as
+    :func:`compose_yaml` reads one: the limits hold for the whole file. An empty file has none."""
+
+    def each() -> list[tuple[yaml.Node, Any]]:
+        return [(root, _construct(root, source, reveal)) for root in yaml.compose_all(text, Loader=_Loader)]
+
+    return _read_yaml(text, source, reveal, data_fix, each)
+
+
+def _read_yaml(text: str, source: str, reveal: bool, data_fix: str | None, parse: Callable[[], _T]) -> _T:
+    """``parse()`` within the limits, its errors as :class:`ContentError`: the size, then the events."""
     keep = data_fix or "keep only configuration in the file"
     if len(text) > MAX_YAML_BYTES:
         size = len(text.encode("utf-8", "replace"))
@@ -233,9 +257,7 @@ def compose_yaml(
         )
     try:
         _check_events(text, source, keep, reveal)
-        root = yaml.compose(text, Loader=_Loader)
-        _check_keys(root, source, reveal)
-        data = None if root is None else _Loader("").construct_document(root)
+        return parse()
     except yaml.YAMLError as exc:
         raise _yaml_error(exc, source, reveal) from None
     except (ValueError, OverflowError) as exc:  # a date such as 2026-13-45, an int of 5000 digits
@@ -243,12 +265,22 @@ def compose_yaml(
         raise ContentError(
             source, f"a value cannot be read{shown}", "quote it to make it a string, or correct it"
         ) from None
-    return root, data
+
+
+def _construct(root: yaml.Node | None, source: str, reveal: bool) -> Any:
+    _check_keys(root, source, reveal)
+    return None if root is None else _Loader("").construct_document(root)
 
 
 def _yaml_error(exc: yaml.YAMLError, source: str, reveal: bool) -> ContentError:
     mark = getattr(exc, "problem_mark", None)
     problem = str(getattr(exc, "problem", None) or exc)
+    if problem == _SECOND_DOCUMENT:  # a '---' line: nothing to do with indentation or quoting
+        return ContentError(
+            source,
+            f"more than one YAML document: another starts{_line(mark)}",
+            "keep one document in this file: remove the '---' line and what follows it, or split the file",
+        )
     if "nesting depth" in problem:  # libyaml >= 0.2.6 stops deep nesting itself, before our count
         return ContentError(source, f"nesting deeper than {MAX_DEPTH} levels{_line(mark)}", _DEEP_FIX)
     where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
@@ -256,6 +288,8 @@ def _yaml_error(exc: yaml.YAMLError, source: str, reveal: bool) -> ContentError:
     return ContentError(source, f"malformed YAML{where}{said}", "check indentation and quoting")
 
 
+_SECOND_DOCUMENT = "but found another document"
+"""What YAML's composer says when a stream read as one document holds a second."""
 _DEEP_FIX = "check the brackets and indentation (gpuctl's files need only a few levels)"
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -13,6 +13,9 @@ from orchestrator.policies.market import DEFAULT_POLICY, POLICIES, market_policy
 from orchestrator.policies.omniscient import omniscient
 from orchestrator.policies.simulator import SimJob, SimResult, simulate, start_points
 from orchestrator.policies.traces import AvailabilityTrace
+
+Progress = Callable[[str, int, int], None]
+"""Told ``(what runs now, runs done, runs in all)`` before each run, and ``("done", n, n)`` at the end."""
 
 RESCALE_NAME = "rescale"
 WAIT_ALL_NAME = "wait-for-all"
@@ -53,31 +56,37 @@ def evaluate(
     seed: int,
     with_omniscient: bool = True,
     market_log_h: float = MARKET_LOG_H,
+    progress: Progress | None = None,
 ) -> dict[str, Any]:
     """The ``gpuctl simulate -o json`` document.
 
     Elastic jobs (``min_nodes < max_nodes``) also get ``rescale`` (the default policy running on the
     nodes available, down to min) and ``wait-for-all`` (the same policy needing max nodes). Every
     start point is given ``market_log_h`` hours of the trace before it (less near the trace's start;
-    a week by default), as a controller that watched the zones would know them.
+    a week by default), as a controller that watched the zones would know them. ``progress`` is told
+    of each run (a policy, or the optimum) as it starts.
     """
     job.validate()
     points = start_points(trace, job, starts, seed)
     od_cost = job.on_demand_cost(trace.tick_h)
     fixed = SimJob(**{**job.__dict__, "min_nodes": job.max_nodes})
-    policies: dict[str, Any] = {}
-
-    def run(policy_name: str, sim_job: SimJob) -> dict[str, float | None]:
-        result = simulate(market_policy(policy_name), trace, sim_job, points, market_log_h=market_log_h)
-        return summarise(result, od_cost)
-
-    for name in resolve_policy_names(policy_names):
-        policies[name] = run(name, fixed)
+    names = resolve_policy_names(policy_names)
+    runs = [(name, name, fixed) for name in names]
     if job.min_nodes < job.max_nodes:
-        policies[RESCALE_NAME] = run(DEFAULT_POLICY, job)
-        policies[WAIT_ALL_NAME] = run(DEFAULT_POLICY, fixed)
+        runs += [(RESCALE_NAME, DEFAULT_POLICY, job), (WAIT_ALL_NAME, DEFAULT_POLICY, fixed)]
+    total = len(runs) + int(with_omniscient)
+    tell = progress or (lambda what, done, of: None)
+    policies: dict[str, Any] = {}
+    for done, (label, policy_name, sim_job) in enumerate(runs):
+        tell(label, done, total)
+        result = simulate(market_policy(policy_name), trace, sim_job, points, market_log_h=market_log_h)
+        policies[label] = summarise(result, od_cost)
     doc: dict[str, Any] = {"policies": policies}
-    doc["omniscient"] = summarise(omniscient(trace, fixed, points), od_cost) if with_omniscient else None
+    doc["omniscient"] = None
+    if with_omniscient:
+        tell("omniscient", len(runs), total)
+        doc["omniscient"] = summarise(omniscient(trace, fixed, points), od_cost)
+    tell("done", total, total)
     doc["default_policy"] = DEFAULT_POLICY
     doc["starts"] = int(starts)
     doc["on_demand_only_cost_usd"] = od_cost

@@ -13,6 +13,8 @@ from __future__ import annotations
 import difflib
 import json
 import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -24,11 +26,11 @@ from orchestrator.errors import SpecError
 from orchestrator.spec.durations import parse_deadline
 from orchestrator.spec.env import REFERENCE_MODELS
 from orchestrator.spec.limits import shown
-from orchestrator.spec.model import JobSpec
+from orchestrator.spec.model import NAME_PATTERN, JobSpec
 from orchestrator.userfiles import (
     MAX_YAML_BYTES,
     ContentError,
-    compose_yaml,
+    compose_yaml_documents,
     read_text,
 )
 
@@ -45,11 +47,18 @@ _KEEP_DATA_OUT = "keep data out of the job file (read it from a file in workdir)
 
 def load_spec_file(path: str | Path, now: datetime | None = None) -> JobSpec:
     """Read and validate a job file. ``workdir`` is resolved relative to the file's folder."""
-    file = Path(path)
+    return _job_file_spec(_read_job_file(path), path, now)
+
+
+def _read_job_file(path: str | Path) -> str:
     try:
-        text = read_text(path, "job file", _GIVE_A_JOB_FILE, MAX_FILE_BYTES, _KEEP_DATA_OUT)
+        return read_text(path, "job file", _GIVE_A_JOB_FILE, MAX_FILE_BYTES, _KEEP_DATA_OUT)
     except ContentError as exc:  # too large, not UTF-8: a problem of the spec, listed as one
         raise SpecError(str(path), [exc.detail]) from None
+
+
+def _job_file_spec(text: str, path: str | Path, now: datetime | None) -> JobSpec:
+    file = Path(path)
     spec = load_spec_text(text, source=str(path), now=now)
     workdir = Path(spec.workdir)
     if not workdir.is_absolute():
@@ -62,10 +71,14 @@ def load_spec_file(path: str | Path, now: datetime | None = None) -> JobSpec:
 
 
 def load_spec_text(text: str, source: str = "<job spec>", now: datetime | None = None) -> JobSpec:
-    try:
-        root, data = compose_yaml(text, source, data_fix=_KEEP_DATA_OUT)
-    except ContentError as exc:
-        raise SpecError(source, [exc.detail]) from None
+    """A job file's text: one YAML mapping (a Kubernetes manifest is refused, naming what to do)."""
+    documents = _documents(text, source)
+    manifest = next((d for d in documents if _is_manifest(d.data)), None)
+    if manifest is not None:
+        raise SpecError(source, [_not_a_job_file(manifest)])
+    if len(documents) > 1:
+        raise SpecError(source, [f"{documents[1].where}: {_ONE_JOB}"])
+    root, data = (documents[0].root, documents[0].data) if documents else (None, None)
     if not isinstance(data, dict):
         raise SpecError(
             source,
@@ -80,6 +93,193 @@ def load_spec_text(text: str, source: str = "<job spec>", now: datetime | None =
         raise SpecError(source, _problems(exc, lines)) from None
     _check_against_now(spec, source, lines, now or datetime.now(UTC))
     return spec
+
+
+# --- Kubernetes manifests: GPUJobs ------------------------------------------------------------
+
+GPUJOB_API_VERSION = "gpuctl.dev/v1alpha1"
+GPUJOB_KIND = "GPUJob"
+GPUJOB_FIELDS = ("apiVersion", "kind", "metadata", "spec", "status")
+OBJECT_NAME_MAX = 253
+OBJECT_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+"""A DNS-1123 subdomain: what the API server takes as a GPUJob's ``metadata.name``."""
+
+_ONE_JOB = (
+    "a second YAML document: a job file holds one job. To fix: keep one job per file, or write each "
+    "job as a GPUJob (its fields under spec:, as in examples/kubernetes/gpujob.yaml)"
+)
+
+
+@dataclass(frozen=True)
+class _Document:
+    index: int
+    """1-based, counting every document of the file (empty ones too)."""
+    root: Any
+    """The YAML node (its marks give line numbers)."""
+    data: Any
+
+    @property
+    def where(self) -> str:
+        return f"document {self.index} (line {self.root.start_mark.line + 1})"
+
+
+@dataclass(frozen=True)
+class SpecDocument:
+    """One document of a file ``gpuctl validate`` reads: a job file's job, a GPUJob's spec, or another
+    Kubernetes object, passed over (``spec`` is ``None``)."""
+
+    index: int
+    """1-based, counting every document of the file."""
+    kind: str
+    """``job file``, ``GPUJob``, or another object's ``apiVersion/kind``."""
+    spec: JobSpec | None
+    object_name: str | None = None
+    """``metadata.name`` of a Kubernetes object."""
+    namespace: str | None = None
+    """``metadata.namespace`` of a Kubernetes object, when it gives one."""
+
+
+def load_spec_documents(
+    path: str | Path, now: datetime | None = None, derive_name: Callable[[str], str] | None = None
+) -> list[SpecDocument]:
+    """A job file, or a Kubernetes manifest of one or more documents (``---`` between them).
+
+    A job file is read as :func:`load_spec_file` reads it. In a manifest each GPUJob's ``spec`` is
+    validated as a job spec, as the operator reads it: its ``name`` defaults to ``metadata.name``
+    (``derive_name`` of it when that is no job name), its ``user`` is ``metadata.namespace`` when
+    given; other objects are returned with no spec. Raises :class:`SpecError` listing every
+    problem, each naming its document.
+    """
+    source = str(path)
+    text = _read_job_file(path)
+    documents = _documents(text, source)
+    if not any(_is_manifest(d.data) for d in documents):
+        return [SpecDocument(1, "job file", _job_file_spec(text, path, now))]
+    found: list[SpecDocument] = []
+    problems: list[str] = []
+    for document in documents:
+        try:
+            found.append(_manifest_document(document, now or datetime.now(UTC), derive_name))
+        except SpecError as err:
+            problems.extend(err.problems)
+    if problems:
+        raise SpecError(source, _capped(problems))
+    return found
+
+
+def _documents(text: str, source: str) -> list[_Document]:
+    """The file's documents that are not empty."""
+    try:
+        read = compose_yaml_documents(text, source, data_fix=_KEEP_DATA_OUT)
+    except ContentError as exc:
+        raise SpecError(source, [exc.detail]) from None
+    return [_Document(i, root, data) for i, (root, data) in enumerate(read, 1) if data is not None]
+
+
+def _is_manifest(data: Any) -> bool:
+    return isinstance(data, dict) and ("apiVersion" in data or "kind" in data)
+
+
+def _not_a_job_file(document: _Document) -> str:
+    kind = shown(document.data.get("kind", "?"))
+    return (
+        f"{document.where}: a Kubernetes object (kind {kind}), not a job file. To fix: apply it with "
+        "`kubectl apply -f FILE` (`gpuctl validate FILE` checks it), or give a job file: the fields "
+        "under a GPUJob's spec:, with a name (see examples/quickstart/job.yaml)"
+    )
+
+
+def _capped(problems: list[str]) -> list[str]:
+    if len(problems) <= MAX_PROBLEMS:
+        return problems
+    rest = len(problems) - MAX_PROBLEMS
+    return [*problems[:MAX_PROBLEMS], f"... and {rest} more problem(s). To fix: correct the ones above first"]
+
+
+def _manifest_document(
+    document: _Document, now: datetime, derive_name: Callable[[str], str] | None
+) -> SpecDocument:
+    data = document.data
+    if not _is_manifest(data):
+        raise SpecError("", [f"{document.where}: not a Kubernetes object (no apiVersion and kind) in a "
+                             "manifest. To fix: give each document apiVersion, kind, metadata and spec, "
+                             "as in examples/kubernetes/gpujob.yaml; a job file holds one job alone"])  # fmt: skip
+    api, kind = data.get("apiVersion"), data.get("kind")
+    if kind != GPUJOB_KIND and not str(api).startswith(GPUJOB_API_VERSION.split("/")[0] + "/"):
+        meta = data.get("metadata")
+        name = meta.get("name") if isinstance(meta, dict) else None
+        kind_shown = f"{shown(api)[1:-1]}/{shown(kind)[1:-1]}"
+        return SpecDocument(
+            document.index, kind_shown, None, shown(name)[1:-1] if isinstance(name, str) else None
+        )
+    problems = _gpujob_shape_problems(data)
+    if problems:
+        raise SpecError("", [f"{document.where}, GPUJob: {p}" for p in problems])
+    name = data["metadata"]["name"]
+    namespace = _text_or_none(data["metadata"].get("namespace"))
+    spec = _gpujob_spec(document, name, namespace, now, derive_name)
+    return SpecDocument(document.index, GPUJOB_KIND, spec, name, namespace)
+
+
+def _text_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _gpujob_shape_problems(data: Mapping[str, Any]) -> list[str]:
+    """What a GPUJob needs around its spec: the API version and kind, a name, a spec mapping."""
+    problems = [_unknown_field(str(key), GPUJOB_FIELDS) for key in data if key not in GPUJOB_FIELDS]
+    if data.get("apiVersion") != GPUJOB_API_VERSION:
+        problems.append(
+            f"apiVersion is {shown(data.get('apiVersion'))}. To fix: write apiVersion: {GPUJOB_API_VERSION}"
+        )
+    if data.get("kind") != GPUJOB_KIND:
+        problems.append(f"kind is {shown(data.get('kind'))}. To fix: write kind: {GPUJOB_KIND}")
+    meta = data.get("metadata")
+    name = meta.get("name") if isinstance(meta, dict) else None
+    if not isinstance(name, str) or len(name) > OBJECT_NAME_MAX or not OBJECT_NAME.fullmatch(name):
+        said = "is missing" if name is None else f"is {shown(name)}, not a Kubernetes object name"
+        problems.append(
+            f"metadata.name {said}. To fix: give metadata a name of "
+            f"lowercase letters, digits, '-' and '.', starting and ending with a letter or digit, at most "
+            f"{OBJECT_NAME_MAX} characters"
+        )
+    if not isinstance(data.get("spec"), dict):
+        problems.append("spec is missing or not a mapping. To fix: put the job's fields under spec:")
+    return problems
+
+
+def _unknown_field(name: str, valid: tuple[str, ...]) -> str:
+    close = difflib.get_close_matches(name[:100], valid, n=1)
+    hint = f"did you mean '{close[0]}'? " if close else ""
+    return f"{shown(name)}: unknown field. To fix: {hint}valid fields here are {', '.join(valid)}"
+
+
+def _gpujob_spec(
+    document: _Document,
+    name: str,
+    namespace: str | None,
+    now: datetime,
+    derive_name: Callable[[str], str] | None,
+) -> JobSpec:
+    """The GPUJob's ``spec`` as the operator reads it; problems named ``spec.FIELD (line N)``."""
+    data = dict(document.data["spec"])
+    if "name" not in data:
+        plain = re.fullmatch(NAME_PATTERN, name) is not None
+        data["name"] = name if plain or derive_name is None else derive_name(name)
+    if namespace is not None:
+        data["user"] = namespace  # the operator charges the namespace, whatever spec.user says
+    lines = _line_index(next(value for key, value in document.root.value if key.value == "spec"))
+    try:
+        spec = JobSpec.model_validate(data)
+        _check_against_now(spec, "", lines, now)
+    except ValidationError as exc:
+        problems = _problems(exc, lines)
+    except SpecError as err:
+        problems = err.problems
+    else:
+        return spec
+    prefix = f"{document.where}, GPUJob {shown(name)}: spec."
+    raise SpecError("", [prefix + p for p in problems])
 
 
 def spec_from_json(text: str, source: str = "stored job spec") -> JobSpec:
