@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 import time
 from datetime import UTC, datetime
-from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from rich.console import Console
@@ -23,14 +25,27 @@ from orchestrator.backends.slurm import SlurmBackend, load_cluster_config
 from orchestrator.backends.slurm.config import CONFIG_ENV as SLURM_CONFIG_ENV
 from orchestrator.backends.slurm.placements import own_placements
 from orchestrator.cli import kube_jobs, slurm_cmd
-from orchestrator.cli.log_files import LogFile, print_new_lines
+from orchestrator.cli.job_filters import JobFilter, add_list_filters, watch
+from orchestrator.cli.log_files import LogView, print_logs
 from orchestrator.cli.output import add_output_option, print_json, print_notes
 from orchestrator.cli.secret_checks import check_references_now, warn_plain_secrets
 from orchestrator.cli.status_document import local_document
-from orchestrator.cli.views import live_table, print_jobs, print_status, summary_lines
+from orchestrator.cli.views import (
+    live_table,
+    print_jobs,
+    print_status,
+    print_unmanaged_note,
+    summary_lines,
+)
 from orchestrator.controller.admission import Refused, admit
 from orchestrator.controller.driver import stored_spec
-from orchestrator.controller.loop import Controller, ControllerLock, spawn_background_controller
+from orchestrator.controller.loop import (
+    Controller,
+    ControllerLock,
+    controller_log,
+    controller_running,
+    spawn_background_controller,
+)
 from orchestrator.controller.placement import Candidates, candidates_for
 from orchestrator.costs.budgets import load_cost_config, team_month_spent
 from orchestrator.errors import NotFoundError, SpecError, UserError
@@ -63,6 +78,9 @@ def make_backend(name: str, store: JobStore, launches: bool = False) -> Backend:
     raise UserError(f"unknown backend '{name}'", f"use one of {', '.join(BACKENDS)}")
 
 
+JOB_HELP = "job id or name (as `gpuctl list` shows it)"
+
+
 def register(sub: Any) -> None:
     p = sub.add_parser("submit", help="submit a job and follow it (or --detach)")
     p.add_argument("file", help="job spec (YAML)")
@@ -85,12 +103,14 @@ def register(sub: Any) -> None:
         help="spot availability trace (shared/data format); repeat as ZONE=FILE for one per zone",
     )
     market.add_argument("--trace-speedup", type=float, default=3600.0, help="trace seconds per real second")
-    market.add_argument("--trace-start-tick", type=int, default=0)
+    market.add_argument("--trace-start-tick", type=int, default=0, metavar="N",
+                        help="start at the trace's tick N (default 0: its first)")  # fmt: skip
     p.set_defaults(run=run_submit)
 
     p = sub.add_parser("list", help="list jobs (ID and STATE are never cut; -o wide: every column)")
     _backend_options(p)
     add_output_option(p, wide=True)
+    add_list_filters(p)
     p.set_defaults(run=run_list)
 
     p = sub.add_parser("status", help="show one job (--backend slurm: ask SLURM, no controller state)")
@@ -101,29 +121,39 @@ def register(sub: Any) -> None:
 
     p = sub.add_parser("events", help="a job's event history (Kubernetes: its conditions and Events)")
     _backend_options(p)
-    p.add_argument("job")
+    p.add_argument("job", help=JOB_HELP)
     add_output_option(p)
     p.set_defaults(run=run_events)
 
     p = sub.add_parser("logs", help="a job's output, all nodes and attempts")
     _backend_options(p)
-    p.add_argument("job")
+    p.add_argument("job", help=JOB_HELP)
     p.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")
     p.add_argument("--tail", type=_lines, metavar="N",
                    help="start each output file at its last N lines (default: from its start)")  # fmt: skip
+    p.add_argument("--attempt", type=_lines, metavar="N", help="only the output of attempt N")
+    p.add_argument("--node", metavar="NAME", help="only the output of node NAME (its id, or n0, n1, ...)")
+    p.add_argument("--no-timestamps", action="store_true",
+                   help="leave out each line's time (local jobs: the time the node wrote it, UTC)")  # fmt: skip
+    p.add_argument("--raw", action="store_true",
+                   help="each line as written: time heads kept, torchrun's signal tracebacks not folded")  # fmt: skip
     p.set_defaults(run=run_logs)
 
     p = sub.add_parser("cancel", help="cancel a job (its nodes get the notice, then stop)")
     _backend_options(p)
-    p.add_argument("job")
+    p.add_argument("job", help=JOB_HELP)
     p.set_defaults(run=run_cancel)
 
     ctl = sub.add_parser("controller", help="the background controller")
     ctl_sub = ctl.add_subparsers(dest="controller_command", metavar="SUBCOMMAND", required=True)
     p = ctl_sub.add_parser("run", help="run the controller in the foreground until stopped")
-    p.add_argument("--backend", default="local", choices=BACKENDS)
+    p.add_argument(
+        "--backend", default="local", choices=BACKENDS, help="the backend it drives (default local)"
+    )
     _cluster_config_option(p.add_argument_group("SLURM"))
     p.add_argument("--exit-when-idle", action="store_true", help="exit once no job is left to run")
+    p.add_argument("--detach", action="store_true",
+                   help="start it in the background (it exits once no job is left to run) and return")  # fmt: skip
     p.set_defaults(run=run_controller)
 
 
@@ -206,29 +236,115 @@ def run_submit(args: argparse.Namespace) -> int:
     source = args.monitor_source or os.environ.get(monitoring.ENV_SOURCE)
     if source:  # kept with the job: a controller started elsewhere starts the same monitors
         options[monitoring.OPTIONS_KEY] = {"source": monitoring.parse_source(source)}
-    job = store.create_job(
-        name=spec.name, user=spec.user, team=spec.team, backend=args.backend, spec_json=spec.model_dump_json(),
-        deadline=deadline, now=now, options=options,
-    )  # fmt: skip
-    if args.detach:
-        if not lock.held_elsewhere():
-            spawn_background_controller(store.home, args.backend)
-        print(job.id)
-        print(
-            f"submitted; follow it with `gpuctl status {job.id}` or `gpuctl logs {job.id} -f`",
-            file=sys.stderr,
-        )
-        return 0
-    controller = None
-    if lock.acquire():
-        controller = Controller(store, backend)
-        controller.start()
-    try:
-        return _follow(store, job.id, controller)
-    finally:
+    with _Interrupts() as interrupts:  # from here on Ctrl-C hands the job over, never drops it
+        job = store.create_job(
+            name=spec.name, user=spec.user, team=spec.team, backend=args.backend,
+            spec_json=spec.model_dump_json(), deadline=deadline, now=now, options=options,
+        )  # fmt: skip
+        if args.detach:
+            if not lock.held_elsewhere():
+                spawn_background_controller(store.home, args.backend)
+            print(job.id)
+            print(terminal_text(f"submitted; follow it with `gpuctl status {job.id}` or `gpuctl logs {job.id} -f`"),
+                  file=sys.stderr)  # fmt: skip
+            return 0
+        return _attached(store, job.id, _Controlling(store, backend, lock), interrupts)
+
+
+class _Interrupts:
+    """Ctrl-C (SIGINT) and a closed terminal (SIGHUP) while ``submit`` follows its job: counted, never
+    raised, so nothing is cut off half-done; the submit then hands the job to a background controller.
+    More of them while it does so change nothing. Outside the main thread (no signals): nothing."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGHUP)
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _Interrupts:
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._note)
+        return self
+
+    def _note(self, _signum: int, _frame: FrameType | None) -> None:
+        self.count += 1  # only a counter: a handler must not take locks the main thread may hold
+
+    def __exit__(self, *_exc: object) -> None:
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
+
+    def wait(self, seconds: float) -> None:
+        """Sleep up to ``seconds``, less once interrupted."""
+        end = time.monotonic() + seconds
+        while not self.count and time.monotonic() < end:
+            time.sleep(min(0.1, max(0.0, end - time.monotonic())))
+
+
+class _Controlling:
+    """The controller an attached ``submit`` runs while it follows its job (when no other holds the
+    lock), and the hand-over that leaves every unfinished job to a background controller."""
+
+    def __init__(self, store: JobStore, backend: Backend, lock: ControllerLock) -> None:
+        self.store, self.backend, self.lock = store, backend, lock
+        self.controller: Controller | None = None
+
+    def take_over(self) -> None:
+        """Run the controller here when none runs (the one that ran may have left: it was another
+        attached submit whose job ended)."""
+        if self.controller is not None or controller_running(self.store.home, self.backend.name):
+            return
+        if self.lock.acquire():
+            self.controller = Controller(self.store, self.backend)
+            self.controller.start()
+
+    def errors(self) -> dict[str, str]:
+        return self.controller.errors if self.controller is not None else {}
+
+    def hand_over(self) -> str:
+        """Stop ticking here and leave the jobs to a background controller; how they go on, in words."""
+        if self.controller is not None:
+            self.controller.stop()  # no tick here any more: never two controllers at once
+        home, name = self.store.home, self.backend.name
+        try:
+            if self.lock.fd is None and controller_running(home, name):
+                return "under the gpuctl controller that is running"
+            pid = spawn_background_controller(home, name, self.lock)  # it inherits our lock, still held
+        finally:
+            self.lock.release()
+        return f"under a background controller (pid {pid}, log {controller_log(home, name)})"
+
+    def finish(self) -> str | None:
+        """The followed job ended: stop, or hand over when other jobs (or nodes still stopping) need a
+        controller; how they go on, in words (None: nothing is left)."""
+        controller = self.controller
+        if controller is not None and not controller.idle.is_set():
+            return self.hand_over()
         if controller is not None:
             controller.stop()
-        lock.release()
+        self.lock.release()
+        return None
+
+
+def _attached(store: JobStore, job_id: str, controlling: _Controlling, interrupts: _Interrupts) -> int:
+    """Follow the job; on Ctrl-C, or an error of this command, it goes on in the background."""
+    try:
+        code = _follow(store, job_id, controlling, interrupts)
+    except BaseException:
+        how = controlling.hand_over()
+        print(terminal_text(f"gpuctl: job {job_id} goes on {how}"), file=sys.stderr)
+        raise
+    if code is None:
+        how = controlling.hand_over()
+        print(terminal_text(
+            f"gpuctl: interrupted; job {job_id} goes on {how}. Follow it: `gpuctl logs {job_id} -f` or "
+            f"`gpuctl status {job_id}`; cancel it: `gpuctl cancel {job_id}`"), file=sys.stderr)  # fmt: skip
+        return 130
+    left = controlling.finish()
+    if left is not None:
+        print(f"gpuctl: note: the other unfinished jobs go on {left}", file=sys.stderr)
+    return code
 
 
 def _backend_candidates(spec: JobSpec, backend: Backend) -> Candidates:
@@ -239,27 +355,32 @@ def _backend_candidates(spec: JobSpec, backend: Backend) -> Candidates:
     return candidates_for(spec, backend.own_placements(spec))
 
 
-def _follow(store: JobStore, job_id: str, controller: Controller | None) -> int:
+def _follow(store: JobStore, job_id: str, controlling: _Controlling, interrupts: _Interrupts) -> int | None:
+    """The live panel until the job ends, then its summary: the exit code; None when interrupted first."""
     console = Console(stderr=True)
     with Live(console=console, refresh_per_second=2, transient=False) as live:
-        while True:
+        while not interrupts.count:
+            controlling.take_over()
             doc = _document(store, job_id)
-            waiting = controller.errors.get(job_id) if controller else None
-            if not waiting:
-                waiting = doc.get("waiting_reason")
+            waiting: str | None = controlling.errors().get(job_id) or doc.get("waiting_reason")
             live.update(live_table(doc, waiting))
             if doc["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
                 break
-            time.sleep(0.5)
-    if controller is not None:  # let the controller finish its housekeeping (stop leftover nodes)
-        time.sleep(controller.tick_seconds * 2)
+            interrupts.wait(0.5)
+    if not console.is_terminal:  # the panel's last line has no newline there
+        console.line()
+    if interrupts.count:
+        return None
+    if controlling.controller is not None:  # let it finish its housekeeping (stop leftover nodes)
+        time.sleep(controlling.controller.tick_seconds * 2)
     for line in summary_lines(_document(store, job_id)):
         print(line)
     return 0 if doc["state"] == "SUCCEEDED" else 1
 
 
-def _document(store: JobStore, job_id: str) -> dict[str, Any]:
-    """The job's status document; rows of it that are damaged are left out (and noted in ``store``)."""
+def _document(store: JobStore, job_id: str, running: dict[str, bool] | None = None) -> dict[str, Any]:
+    """The job's status document; rows of it that are damaged are left out (and noted in ``store``).
+    ``running``: whether a controller runs, by backend, asked once per command (filled in here)."""
     job = store.job(job_id)
     progress = read_progress(store.job_dir(job.id) / "progress.jsonl")
     usage = UsageStore(store).usage(job.id)
@@ -273,8 +394,18 @@ def _document(store: JobStore, job_id: str) -> dict[str, Any]:
         else None
     )
     document = local_document(job, store.segments(job.id), progress, store.summary(job.id), gpu_usage=usage,
-                              state=state, forecast=found)  # fmt: skip
+                              state=state, forecast=found, managed=_managed(store, job, running))  # fmt: skip
     return document.as_json()
+
+
+def _managed(store: JobStore, job: JobRecord, running: dict[str, bool] | None) -> bool | None:
+    """Whether a controller manages ``job`` now (None: it ended, or no gpuctl controller drives its backend)."""
+    if job.status.terminal or job.backend not in BACKENDS:
+        return None
+    running = {} if running is None else running
+    if job.backend not in running:
+        running[job.backend] = controller_running(store.home, job.backend)
+    return running[job.backend]
 
 
 def _budget(job: JobRecord) -> float | None:
@@ -287,16 +418,28 @@ def _budget(job: JobRecord) -> float | None:
 
 def run_list(args: argparse.Namespace) -> int:
     if args.backend == "kubernetes":
+        if args.state or args.user or args.team or args.since or args.watch:
+            raise UserError("--state, --user, --team, --since and --watch list local and SLURM jobs",
+                            "for GPUJobs: `kubectl get gpujobs -n NAMESPACE -w`")  # fmt: skip
         return kube_jobs.list_jobs(args.namespace, args.output)
+    JobFilter.from_args(args)  # a wrong filter fails at once; each round measures --since from its now
+    return watch(lambda: _list_once(args, JobFilter.from_args(args)), args.watch)
+
+
+def _list_once(args: argparse.Namespace, chosen: JobFilter) -> int:
     store = JobStore(read_only=True)
     docs = []
+    running: dict[str, bool] = {}
     for job in store.list_jobs():  # a damaged job is left out, and noted
+        if not chosen.keeps(job.status, job.user, job.team, job.submitted_at):
+            continue
         try:
-            docs.append(_document(store, job.id))
+            docs.append(_document(store, job.id, running))
         except DamagedRow:
             continue
     print_jobs(docs, args.output)
     print_notes(store.damaged.values())
+    print_unmanaged_note(docs, args.output)
     return 0
 
 
@@ -352,6 +495,9 @@ def _stored_job(store: JobStore, name_or_id: str, backend: str) -> str:
 
 def run_logs(args: argparse.Namespace) -> int:
     if args.backend == "kubernetes":
+        if args.attempt is not None or args.node is not None:
+            raise UserError("--attempt and --node choose among the output files of a local or SLURM job",
+                            "for one pod of a Kubernetes job: `kubectl logs POD -c trainer`")  # fmt: skip
         return kube_jobs.logs(args.job, args.namespace, follow=args.follow, tail=args.tail)
     store = JobStore()
     job = store.job(args.job)
@@ -360,17 +506,10 @@ def run_logs(args: argparse.Namespace) -> int:
         for other in attempt_folders(store.job_dir(job.id))[1]:
             print(terminal_text(f"gpuctl: note: skipped {other}: not an attempt-<number> folder of gpuctl"),
                   file=sys.stderr)  # fmt: skip
-    files: dict[Path, LogFile] = {}
-    while True:
-        for path in backend.log_paths(job.id):
-            if path not in files:
-                prefix = f"[{path.parent.parent.name}/{path.parent.name.rsplit('-', 1)[-1]}] "
-                files[path] = LogFile(path, prefix)
-            print_new_lines(files[path], args.tail)
-        if not args.follow or store.job(job.id).status.terminal:
-            return 0
-        sys.stdout.flush()
-        time.sleep(1.0)
+    print_logs(lambda: backend.log_paths(job.id), lambda: store.job(job.id).status.terminal,
+               attempt=args.attempt, node=args.node, view=LogView(timestamps=not args.no_timestamps, raw=args.raw),
+               tail=args.tail, follow=args.follow)  # fmt: skip
+    return 0
 
 
 def run_cancel(args: argparse.Namespace) -> int:
@@ -405,8 +544,10 @@ def run_cancel(args: argparse.Namespace) -> int:
 def run_controller(args: argparse.Namespace) -> int:
     _use_cluster_config(args)
     store = JobStore()
+    if args.detach:
+        return _detach_controller(store, args.backend)
     lock = ControllerLock(store.home, args.backend)
-    if not lock.acquire():
+    if not (lock.adopt_inherited() or lock.acquire()):
         raise UserError(
             f"another gpuctl controller of the {args.backend} backend is already running for {store.home}",
             "stop it first, or use a different GPUCTL_HOME",
@@ -424,3 +565,15 @@ def run_controller(args: argparse.Namespace) -> int:
     finally:
         controller.stop()
         lock.release()
+
+
+def _detach_controller(store: JobStore, backend: str) -> int:
+    """``controller run --detach``: a background controller, unless one runs already."""
+    if controller_running(store.home, backend):
+        print(f"a gpuctl controller of the {backend} backend is already running for {store.home}")
+        return 0
+    make_backend(backend, store, launches=True)  # what it needs is installed, or say so now
+    pid = spawn_background_controller(store.home, backend)
+    print(f"gpuctl controller started in the background (pid {pid}, log {controller_log(store.home, backend)});"
+          " it exits once no job is left to run")  # fmt: skip
+    return 0

@@ -118,6 +118,12 @@ class StatusDocument(_Part):
     forecast: ForecastDoc | None = Field(
         default=None, description="expected finish and cost to finish of a running job; null when unknown"
     )
+    managed: bool | None = Field(
+        default=None,
+        description="a gpuctl controller manages the job now; false: none runs for it, so it does not "
+        "advance (start one: `gpuctl controller run --detach`); null for an ended job and where gpuctl "
+        "cannot see its manager (Kubernetes: the operator; SLURM asked directly)",
+    )
     submitted_at: str | None = Field(description="ISO 8601")
     updated_at: str | None = Field(description="ISO 8601")
     attempts: int
@@ -182,9 +188,10 @@ def _ledger_totals(segments: list[SegmentRecord], now: datetime) -> dict[str, fl
 def local_document(job: JobRecord, segments: list[SegmentRecord], progress: Progress | None,
                    summary: dict[str, Any], now: datetime | None = None,
                    gpu_usage: GpuUsage | None = None, state: JobState | None = None,
-                   forecast: Forecast | None = None) -> StatusDocument:  # fmt: skip
+                   forecast: Forecast | None = None, managed: bool | None = None) -> StatusDocument:  # fmt: skip
     """A job of the controller's store (local, or SLURM run by a controller); ``state``: its engine
-    state (why it waits), ``forecast``: its forecast when running."""
+    state (why it waits), ``forecast``: its forecast when running, ``managed``: whether a controller
+    runs for it (None: not asked)."""
     now = now or datetime.now(UTC)
     waiting = state.waiting if state is not None and not job.status.terminal else None
     docs = [_record_segment(s, now) for s in segments]
@@ -194,7 +201,7 @@ def local_document(job: JobRecord, segments: list[SegmentRecord], progress: Prog
         failure_reason=job.failure_reason.value if job.failure_reason else None, message=job.message,
         waiting_reason=waiting.message if waiting else None, waiting_since=_iso(waiting.since if waiting else None),
         forecast=ForecastDoc.of(forecast) if forecast is not None and job.status is JobStatus.RUNNING else None,
-        submitted_at=job.submitted_at.isoformat(), updated_at=job.updated_at.isoformat(),
+        managed=None if job.status.terminal else managed, submitted_at=job.submitted_at.isoformat(), updated_at=job.updated_at.isoformat(),
         attempts=job.attempts, preemptions=job.preemptions, restarts=job.restarts,
         nodes=_open_nodes(docs), **_ledger_totals(segments, now), cost_is_simulated=job.backend == "local",
         segments=docs, progress=_progress(progress), metrics=metrics, gpu_usage=gpu_usage,
@@ -236,7 +243,7 @@ def slurm_document(found: SlurmJobStatus, now: datetime | None = None) -> Status
         failure_reason=str(found.failure) if found.failure else None, message=found.message,
         waiting_reason=f"queued in SLURM job {job.job_id} on partition {job.partition} (squeue reason: "
         f"{job.reason or 'none given'})" if job.state == "PENDING" else None,
-        waiting_since=_iso(job.submit_time) if job.state == "PENDING" else None, forecast=None,
+        waiting_since=_iso(job.submit_time) if job.state == "PENDING" else None, forecast=None, managed=None,
         submitted_at=_iso(job.submit_time), updated_at=_iso(job.end_time or job.start_time or job.submit_time),
         attempts=found.attempts, preemptions=job.restarts, restarts=0, nodes=_open_nodes(docs),
         **_ledger_totals(found.segments, now), cost_is_simulated=False, segments=docs, progress=None,

@@ -7,7 +7,8 @@ and, in rich tables, as a :class:`Text` (never read as markup)."""
 
 from __future__ import annotations
 
-from datetime import datetime
+import sys
+from datetime import UTC, datetime
 from typing import Any
 
 from rich.console import Console
@@ -76,8 +77,11 @@ def summary_lines(doc: dict[str, Any]) -> list[str]:
 
 
 def _summary_lines(doc: dict[str, Any]) -> list[str]:
-    failure = f" ({doc['failure_reason']})" if doc["failure_reason"] else ""
-    lines = [f"job {doc['id']} {doc['state']}{failure}: {doc['message'] or '-'}"]
+    lines = [_headline(doc)]
+    if doc.get("managed") is False:
+        lines.append(unmanaged_line(doc["backend"]))
+    if doc.get("progress") and doc["state"] != "RUNNING" and doc["state"] not in TERMINAL:
+        lines.append(f"progress: {progress_text(doc['progress'], None)}")
     if doc.get("waiting_reason"):
         since = f" (since {doc['waiting_since'][:19]})" if doc.get("waiting_since") else ""
         lines.append(f"waiting: {doc['waiting_reason']}{since}")
@@ -92,19 +96,76 @@ def _summary_lines(doc: dict[str, Any]) -> list[str]:
     lines.append(f"cost {usd(cost)} USD; the same GPU-hours on-demand: {usd(od)} USD{saved}")
     if doc.get("gpu_usage"):
         lines.append(gpu_use_line(doc["gpu_usage"]))
+    elif doc["segments"] or doc["backend_details"].get("gpu_monitor_message"):  # ran, nothing measured
+        lines.append(gpu_not_measured_line(doc["backend_details"].get("gpu_monitor_message"), doc["id"]))
     if doc["cost_is_simulated"]:
         lines.append(f"note: {SIMULATED_NOTE}")
     for seg in doc["segments"]:
-        span = "-"
-        if seg["ended_at"]:
-            start = datetime.fromisoformat(seg["started_at"])
-            span = format_duration((datetime.fromisoformat(seg["ended_at"]) - start).total_seconds())
+        span = segment_span(seg)
         ended = seg["end_reason"] or ("ended" if seg["ended_at"] else "open")
         lines.append(
             f"  attempt {seg['attempt'] or '-'}: {seg['nodes']} x {seg['gpu_type'] or '-'} {seg['market'] or '-'}"
             f" {seg['zone'] or '-'} for {span}, {usd(seg['cost_usd'])} USD ({ended})"
         )
     return lines + _detail_lines(doc["backend_details"])
+
+
+def segment_span(seg: dict[str, Any], now: datetime | None = None) -> str:
+    """How long a segment ran (``12m``), or an open one has run so far (``3m12s so far``)."""
+    if not seg.get("started_at"):
+        return "-"
+    start = datetime.fromisoformat(seg["started_at"])
+    if seg.get("ended_at"):
+        return format_duration((datetime.fromisoformat(seg["ended_at"]) - start).total_seconds())
+    now = now or datetime.now(start.tzinfo or UTC)
+    return f"{format_duration(max(0.0, (now - start).total_seconds()))} so far"
+
+
+TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
+
+
+def _headline(doc: dict[str, Any]) -> str:
+    """``job ID STATE: ...``: while the job runs, its live progress (``progress`` and ``nodes`` of the
+    document, as in ``-o json``); otherwise the message of its last state change."""
+    if doc["state"] == "RUNNING" and doc.get("progress"):
+        return f"job {doc['id']} RUNNING: {progress_text(doc['progress'], doc.get('nodes'))}"
+    failure = f" ({doc['failure_reason']})" if doc["failure_reason"] else ""
+    return f"job {doc['id']} {doc['state']}{failure}: {doc['message'] or '-'}"
+
+
+def progress_text(progress: dict[str, Any], nodes: int | None) -> str:
+    """``training at step 128/300 on 2 node(s), loss 0.1234`` from a document's ``progress``."""
+    total = f"/{progress['total_steps']}" if progress.get("total_steps") else ""
+    where = f" on {nodes} node(s)" if nodes else ""
+    loss = f", loss {progress['loss']:.4f}" if progress.get("loss") is not None else ""
+    return f"training at step {progress['step']}{total}{where}{loss}"
+
+
+def controller_fix(backend: str) -> str:
+    """The command that starts a controller for jobs of ``backend`` (local or slurm)."""
+    flag = "" if backend == "local" else f" --backend {backend}"
+    return f"`gpuctl controller run --detach{flag}` (or `gpuctl controller run{flag}` in the foreground)"
+
+
+def unmanaged_line(backend: str) -> str:
+    """Said of a job that no controller manages (``managed: false``)."""
+    return (
+        "not managed: no gpuctl controller is running for it, so it does not advance (nodes it has "
+        f"keep running, and cost). To fix: start one: {controller_fix(backend)}"
+    )
+
+
+def print_unmanaged_note(docs: list[dict[str, Any]], output: str) -> None:
+    """``gpuctl list`` as a table: one note on standard error naming the jobs no controller manages,
+    and the fix (JSON has ``managed: false``)."""
+    if output == JSON:
+        return
+    for backend in sorted({d["backend"] for d in docs if d.get("managed") is False}):
+        ids = [terminal_text(d["id"]) for d in docs if d.get("managed") is False and d["backend"] == backend]
+        shown = ", ".join(ids[:10]) + (f" and {len(ids) - 10} more" if len(ids) > 10 else "")
+        print(terminal_text(f"gpuctl: note: no gpuctl controller is running for {len(ids)} unfinished "
+                            f"{backend} job(s) ({shown}): they do not advance.\n  To fix: start one: "
+                            f"{controller_fix(backend)}", multiline=True), file=sys.stderr)  # fmt: skip
 
 
 def _number(value: Any) -> str:
@@ -122,13 +183,18 @@ def _detail_lines(details: dict[str, Any]) -> list[str]:
         lines.append(f"log: {details['log']}")
     if details.get("namespace"):
         lines.append(f"namespace: {details['namespace']}")
-    if details.get("gpu_monitor_message"):
-        lines.append(str(details["gpu_monitor_message"]))
     for cond in details.get("conditions") or []:
         lines.append(
             f"  {cond.get('type')}={cond.get('status')} {cond.get('reason', '')}: {cond.get('message', '')}"
         )
     return lines
+
+
+def gpu_not_measured_line(message: str | None, job_id: str) -> str:
+    """The GPU line of a job that ran with nothing measured (``message``: the monitor's, if known)."""
+    if message:
+        return f"GPU use: not measured ({message})"
+    return f"GPU use: not measured (no NVML on the nodes, or no monitor: `gpuctl events {job_id}` says which)"
 
 
 def gpu_use_line(usage: dict[str, Any]) -> str:
@@ -179,7 +245,7 @@ def _last_gpu(doc: dict[str, Any]) -> str:
 
 JOB_COLUMNS = (
     Column("ID", lambda d: d["id"]),
-    Column("STATE", lambda d: d["state"]),
+    Column("STATE", lambda d: d["state"] + (" (unmanaged)" if d.get("managed") is False else "")),
     Column("ATTEMPTS", lambda d: str(d["attempts"]), drop=2, right=True),
     Column("PREEMPTIONS", lambda d: str(d["preemptions"]), drop=4, right=True),
     Column("COST USD", lambda d: usd(d["cost_usd"]), drop=1, right=True),
@@ -193,7 +259,8 @@ JOB_COLUMNS = (
     Column("ETA", _eta, drop=11, wide_only=True, right=True),
     Column("REASON", _reason, drop=3),
 )
-"""``gpuctl list``: ID and STATE are never cut; the others go, TEAM first, when the terminal is narrow."""
+"""``gpuctl list``: ID and STATE are never cut; the others go, TEAM first, when the terminal is narrow.
+STATE says ``(unmanaged)`` of a job no controller manages (``managed: false``; a note says the fix)."""
 
 
 def print_jobs(docs: list[dict[str, Any]], output: str) -> None:

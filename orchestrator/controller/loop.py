@@ -5,6 +5,10 @@ One controller per gpuctl home and backend holds its lock (an exclusive ``flock`
 submit`` runs one in the foreground when none is running; ``gpuctl controller run`` is the
 background form (on a SLURM login node, ``gpuctl controller run --backend slurm``).
 The lock dies with the process, so a controller killed with -9 is replaced by simply starting another.
+:func:`controller_running` asks whether a live controller holds it (what ``gpuctl list`` and
+``status`` show as ``managed``). An attached ``submit`` interrupted with Ctrl-C hands its lock, held,
+to the background controller it starts (:func:`spawn_background_controller` with ``lock``): the
+child inherits the locked file, so no moment passes in which no controller holds it.
 
 Each job's tick is isolated (:meth:`Controller.tick_job`): whatever one job's data does, the other
 jobs are still reconciled. An error in the job itself (a stored spec that no longer validates, an
@@ -27,6 +31,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -50,6 +55,10 @@ logging.getLogger("apscheduler").setLevel(
 )  # "skipped: max instances" is expected when a tick is slow
 
 TICK_SECONDS = 1.0
+LOCK_FD_ENV = "GPUCTL_CONTROLLER_LOCK_FD"
+"""Set by :func:`spawn_background_controller` for the child it hands a held lock to: the inherited fd."""
+ACQUIRE_TRIES = 5
+"""A probe (:func:`controller_running`) holds the lock a few microseconds: ``acquire`` tries again."""
 KEEP_TICKING_AFTER_END = timedelta(minutes=2)
 """Terminal jobs are still ticked a while, so nodes left running by a crash get stopped."""
 
@@ -67,14 +76,44 @@ class ControllerLock:
 
     def acquire(self) -> bool:
         fd = self._open()
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            return False
+        for attempt in range(ACQUIRE_TRIES):
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if attempt == ACQUIRE_TRIES - 1:
+                    os.close(fd)
+                    return False
+                time.sleep(0.02)
+        self._hold(fd)
+        return True
+
+    def _hold(self, fd: int) -> None:
         os.ftruncate(fd, 0)
-        os.write(fd, str(os.getpid()).encode())
+        os.pwrite(fd, str(os.getpid()).encode(), 0)  # at 0: a handed-over file has moved on
         self._fd = fd
+
+    @property
+    def fd(self) -> int | None:
+        """The open, locked file while this process holds the lock."""
+        return self._fd
+
+    def adopt_inherited(self) -> bool:
+        """Take the lock a parent handed over (:data:`LOCK_FD_ENV`): True when this process now holds
+        it. The fd must be this lock file, locked (a stray or stale variable is ignored)."""
+        value = os.environ.pop(LOCK_FD_ENV, None)
+        if value is None or not value.isdigit():
+            return False
+        fd = int(value)
+        try:
+            held, ours = os.fstat(fd), os.lstat(self.path)
+            if (held.st_dev, held.st_ino) != (ours.st_dev, ours.st_ino):
+                return False
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # ours already: the same open file
+        except OSError:
+            return False
+        os.set_inheritable(fd, False)
+        self._hold(fd)
         return True
 
     def held_elsewhere(self) -> bool:
@@ -93,6 +132,25 @@ class ControllerLock:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+def controller_running(home: Path, backend: str = "local") -> bool:
+    """Whether a live controller holds the lock of ``home`` and ``backend`` (a process that died, even
+    with -9, holds nothing). A probe that changes nothing: the lock file is opened read-only, never
+    created, and a shared lock is tried without waiting; a controller holds it exclusively, so the try
+    fails exactly while one runs. A lock file that is missing or not a regular file: none runs."""
+    lock = ControllerLock(home, backend)
+    try:
+        fd = open_regular_file(lock.path, os.O_RDONLY)
+    except (OSError, GpuctlError):
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # closing releases the shared lock
+    return False
 
 
 class Controller:
@@ -226,13 +284,26 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def spawn_background_controller(home: Path, backend: str) -> int:
-    """Start ``gpuctl controller run`` detached from this terminal; returns its PID."""
-    log_path = home / ("controller.log" if backend == "local" else f"controller-{backend}.log")
-    log_file = open_regular_file(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, PRIVATE_FILE_MODE)
+def controller_log(home: Path, backend: str) -> Path:
+    """Where a background controller of ``backend`` writes its log."""
+    return home / ("controller.log" if backend == "local" else f"controller-{backend}.log")
+
+
+def spawn_background_controller(home: Path, backend: str, lock: ControllerLock | None = None) -> int:
+    """Start ``gpuctl controller run --exit-when-idle`` detached from this terminal; returns its PID.
+    ``lock``: a lock this process holds, handed to the child (it inherits the locked file; this
+    process may then release its own copy). Its own controller must have stopped ticking first."""
+    log_file = open_regular_file(
+        controller_log(home, backend), os.O_WRONLY | os.O_CREAT | os.O_APPEND, PRIVATE_FILE_MODE
+    )
+    env = {**os.environ, "GPUCTL_HOME": str(home)}
+    env.pop(LOCK_FD_ENV, None)
+    handed = lock.fd if lock is not None else None
+    if handed is not None:
+        env[LOCK_FD_ENV] = str(handed)
     proc = subprocess.Popen(
         [sys.executable, "-m", "orchestrator.cli", "controller", "run", "--backend", backend, "--exit-when-idle"],
-        env={**os.environ, "GPUCTL_HOME": str(home)}, start_new_session=True,
+        env=env, start_new_session=True, pass_fds=() if handed is None else (handed,),
         stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
     )  # fmt: skip
     os.close(log_file)

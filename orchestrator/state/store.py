@@ -25,13 +25,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from orchestrator.errors import InternalError, NotFoundError
+from orchestrator.errors import InternalError, NotFoundError, UserError
 from orchestrator.home import HOME_MODE, home_dir
 from orchestrator.state import database
 from orchestrator.state.job_state import NodeLaunch
 from orchestrator.state.records import EventRecord, JobRecord, SegmentRecord
 from orchestrator.state.row_check import DamagedRow, Row
 from orchestrator.state.status import FailureReason, JobStatus, check_transition
+from orchestrator.terminal import terminal_text
 
 log = logging.getLogger(__name__)
 
@@ -143,15 +144,19 @@ class JobStore:
         return self.job(job_id)
 
     def job(self, job_id: str) -> JobRecord:
+        """The job of id ``job_id``, else the one job whose id starts with it or whose name it is
+        (:class:`NotFoundError` for none, :func:`ambiguous_job` for several)."""
         rows = self._query("SELECT * FROM jobs WHERE id = ?", (job_id,))
         if not rows:
-            matches = self._query(  # a prefix of the id, taken literally (no LIKE wildcards), or the name
-                "SELECT * FROM jobs WHERE substr(id, 1, length(?1)) = ?1 OR name = ?1", (job_id,)
+            rows = self._query(  # a prefix of the id, taken literally (no LIKE wildcards), or the name
+                "SELECT * FROM jobs WHERE substr(id, 1, length(?1)) = ?1 OR name = ?1"
+                " ORDER BY submitted_at DESC, id",
+                (job_id,),
             )
-            if len(matches) != 1:
-                hint = "several jobs match; give the full id" if matches else "see `gpuctl list`"
-                raise NotFoundError(f"no job '{job_id}'", hint)
-            rows = matches
+            if not rows:
+                raise NotFoundError(f"no job '{job_id}'", "see `gpuctl list`")
+            if len(rows) > 1:
+                raise ambiguous_job(job_id, rows)
         try:
             return _job_record(self._row("jobs", rows[0], "id"))
         except DamagedRow as damage:
@@ -326,6 +331,27 @@ class JobStore:
                 if strict:
                     raise damage from None
         return found
+
+
+SHOWN_MATCHES = 10
+"""How many of the jobs a name or prefix matches :func:`ambiguous_job` lists (the newest)."""
+
+
+def ambiguous_job(named: str, rows: Sequence[sqlite3.Row]) -> UserError:
+    """Several jobs match ``named`` (``rows``, newest first): they are listed (id, state, submitted,
+    one per line, as stored: a damaged value is shown as it is, escaped), with how to pick one."""
+    lines = [
+        f"  {terminal_text(str(r['id']))}  {terminal_text(str(r['status']))}  submitted "
+        f"{terminal_text(str(r['submitted_at']))[:19].replace('T', ' ')}"
+        for r in rows[:SHOWN_MATCHES]
+    ]
+    if len(rows) > SHOWN_MATCHES:
+        lines.append(f"  ... and {len(rows) - SHOWN_MATCHES} older (`gpuctl list` shows every job)")
+    newest = terminal_text(str(rows[0]["id"]))
+    return UserError(
+        f"{len(rows)} jobs match '{named}' (newest first):\n" + "\n".join(lines),
+        f"name one by its full id (or a longer prefix of it), e.g. `{newest}` for the newest",
+    )
 
 
 def _job_record(r: Row) -> JobRecord:
