@@ -1,7 +1,7 @@
 """gpuctl: run GPU training jobs cheaply and reliably.
 
 Layers (imports only point down; enforced by import-linter, see pyproject.toml):
-  cli, operators, testing  entry points (and the test kit, which may use anything)
+  cli, dashboard, operators, testing  entry points (and the test kit, which may use anything)
   controller               reconcile (pure) -> engine.apply (pure) -> hosts: the driver (SQLite,
                            local and SLURM) and the Kubernetes operator (GPUJob status)
   policies, backends, costs, notify   the three backends are independent of each other

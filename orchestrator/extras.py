@@ -24,6 +24,9 @@ EXTRA_OF_MODULE: dict[str, tuple[str, str]] = {
     "kopf": ("kopf", "kubernetes"),
     "sklearn": ("scikit-learn", "examples"),
     "kmock": ("kmock", "testing"),
+    "starlette": ("starlette", "dashboard"),
+    "jinja2": ("jinja2", "dashboard"),
+    "uvicorn": ("uvicorn", "dashboard"),
 }
 
 

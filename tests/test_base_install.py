@@ -18,7 +18,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 QUICKSTART = REPO / "examples" / "quickstart" / "job.yaml"
-OPTIONAL_MODULES = ("torch", "kubernetes", "kopf", "pynvml", "sklearn")
+OPTIONAL_MODULES = ("torch", "kubernetes", "kopf", "pynvml", "sklearn", "starlette", "uvicorn")
 
 pytestmark = pytest.mark.slow
 
@@ -103,6 +103,7 @@ def test_simulate_works_without_extras(base_env: dict[str, str], tmp_path: Path)
         (["submit", str(QUICKSTART), "--backend", "kubernetes", "--detach"], "kubernetes"),
         (["submit", str(QUICKSTART)], "train"),
         (["controller", "run", "--exit-when-idle"], "train"),
+        (["dashboard", "--port", "0"], "dashboard"),
     ],
     ids=lambda a: " ".join(a[:3]) if isinstance(a, list) else a,
 )
