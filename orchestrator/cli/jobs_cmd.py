@@ -361,7 +361,7 @@ def _follow(store: JobStore, job_id: str, controlling: _Controlling, interrupts:
     with Live(console=console, refresh_per_second=2, transient=False) as live:
         while not interrupts.count:
             controlling.take_over()
-            doc = _document(store, job_id)
+            doc = job_document(store, job_id)
             waiting: str | None = controlling.errors().get(job_id) or doc.get("waiting_reason")
             live.update(live_table(doc, waiting))
             if doc["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
@@ -373,12 +373,12 @@ def _follow(store: JobStore, job_id: str, controlling: _Controlling, interrupts:
         return None
     if controlling.controller is not None:  # let it finish its housekeeping (stop leftover nodes)
         time.sleep(controlling.controller.tick_seconds * 2)
-    for line in summary_lines(_document(store, job_id)):
+    for line in summary_lines(job_document(store, job_id)):
         print(line)
     return 0 if doc["state"] == "SUCCEEDED" else 1
 
 
-def _document(store: JobStore, job_id: str, running: dict[str, bool] | None = None) -> dict[str, Any]:
+def job_document(store: JobStore, job_id: str, running: dict[str, bool] | None = None) -> dict[str, Any]:
     """The job's status document; rows of it that are damaged are left out (and noted in ``store``).
     ``running``: whether a controller runs, by backend, asked once per command (filled in here)."""
     job = store.job(job_id)
@@ -434,7 +434,7 @@ def _list_once(args: argparse.Namespace, chosen: JobFilter) -> int:
         if not chosen.keeps(job.status, job.user, job.team, job.submitted_at):
             continue
         try:
-            docs.append(_document(store, job.id, running))
+            docs.append(job_document(store, job.id, running))
         except DamagedRow:
             continue
     print_jobs(docs, args.output)
@@ -450,7 +450,7 @@ def run_status(args: argparse.Namespace) -> int:
         _use_cluster_config(args)
         return slurm_cmd.status(args.job, load_cluster_config(), args.output)
     store = JobStore(read_only=True)
-    print_status(_document(store, store.job(args.job).id), args.output)  # a damaged job: the error
+    print_status(job_document(store, store.job(args.job).id), args.output)  # a damaged job: the error
     print_notes(store.damaged.values())  # rows of it left out
     return 0
 

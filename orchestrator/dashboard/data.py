@@ -55,7 +55,7 @@ def job_documents(store: JobStore) -> list[dict[str, Any]]:
 
 def job_document(store: JobStore, job_id: str) -> dict[str, Any]:
     """``gpuctl status JOB -o json``, by the CLI's own function."""
-    return jobs_cmd._document(store, store.job(job_id).id)
+    return jobs_cmd.job_document(store, store.job(job_id).id)
 
 
 def _thin(points: list[list[float]]) -> list[list[float]]:
