@@ -132,9 +132,10 @@ def register(sub: Any) -> None:
     p.add_argument("--tail", type=_lines, metavar="N",
                    help="start each output file at its last N lines (default: from its start)")  # fmt: skip
     p.add_argument("--attempt", type=_lines, metavar="N", help="only the output of attempt N")
-    p.add_argument("--node", metavar="NAME", help="only the output of node NAME (its id, or n0, n1, ...)")
+    p.add_argument("--node", metavar="NAME",
+                   help="only the output of node NAME (its id, or n0, n1, ...; Kubernetes: or its pod's name)")  # fmt: skip
     p.add_argument("--no-timestamps", action="store_true",
-                   help="leave out each line's time (local jobs: the time the node wrote it, UTC)")  # fmt: skip
+                   help="leave out each line's time (UTC: when the node wrote it; Kubernetes: when it was logged)")  # fmt: skip
     p.add_argument("--raw", action="store_true",
                    help="each line as written: time heads kept, torchrun's signal tracebacks not folded")  # fmt: skip
     p.set_defaults(run=run_logs)
@@ -494,11 +495,10 @@ def _stored_job(store: JobStore, name_or_id: str, backend: str) -> str:
 
 
 def run_logs(args: argparse.Namespace) -> int:
+    view = LogView(timestamps=not args.no_timestamps, raw=args.raw)
     if args.backend == "kubernetes":
-        if args.attempt is not None or args.node is not None:
-            raise UserError("--attempt and --node choose among the output files of a local or SLURM job",
-                            "for one pod of a Kubernetes job: `kubectl logs POD -c trainer`")  # fmt: skip
-        return kube_jobs.logs(args.job, args.namespace, follow=args.follow, tail=args.tail)
+        return kube_jobs.logs(args.job, args.namespace, follow=args.follow, tail=args.tail, view=view,
+                              choice=kube_jobs.PodChoice(args.attempt, args.node))  # fmt: skip
     store = JobStore()
     job = store.job(args.job)
     backend = make_backend(job.backend, store)
@@ -507,7 +507,7 @@ def run_logs(args: argparse.Namespace) -> int:
             print(terminal_text(f"gpuctl: note: skipped {other}: not an attempt-<number> folder of gpuctl"),
                   file=sys.stderr)  # fmt: skip
     print_logs(lambda: backend.log_paths(job.id), lambda: store.job(job.id).status.terminal,
-               attempt=args.attempt, node=args.node, view=LogView(timestamps=not args.no_timestamps, raw=args.raw),
+               attempt=args.attempt, node=args.node, view=view,
                tail=args.tail, follow=args.follow)  # fmt: skip
     return 0
 

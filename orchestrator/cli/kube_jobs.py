@@ -9,12 +9,14 @@ from __future__ import annotations
 import os
 import sys
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from orchestrator.backends.kubernetes import client
 from orchestrator.backends.kubernetes.config import PRICE_CATALOG_ENV
-from orchestrator.backends.kubernetes.manifests import check_kube_env
+from orchestrator.backends.kubernetes.manifests import LABEL_ATTEMPT, LABEL_NODE_INDEX, check_kube_env
+from orchestrator.cli.log_files import LinePrinter, LogView, split_api_time
 from orchestrator.cli.output import usd
 from orchestrator.cli.status_document import kubernetes_document
 from orchestrator.cli.views import print_jobs, print_status
@@ -135,44 +137,105 @@ def job_events(name: str, namespace: str) -> list[dict[str, str]]:
     return [{**e, "time": _when(e["time"]).isoformat(timespec="seconds")} for e in found]
 
 
-def logs(name: str, namespace: str, follow: bool = False, tail: int | None = None) -> int:
-    """The trainer output of the job's pods, each line headed by its pod. ``follow``: keep reading, by
-    polling, until the GPUJob is terminal (or deleted); a pod started again under the same name (a new
+@dataclass(frozen=True)
+class PodChoice:
+    """Which pods ``gpuctl logs`` reads: of attempt ``attempt`` (the pod's attempt label) and node
+    ``node`` (the pod's name, or ``n`` and its node-index label: ``n0``); None: every one."""
+
+    attempt: int | None = None
+    node: str | None = None
+
+    def matches(self, pod: dict[str, Any]) -> bool:
+        labels = pod["metadata"].get("labels") or {}
+        if self.attempt is not None and labels.get(LABEL_ATTEMPT) != str(self.attempt):
+            return False
+        return self.node is None or self.node in (str(pod["metadata"]["name"]), _short_node(pod))
+
+
+def _short_node(pod: dict[str, Any]) -> str:
+    index = (pod["metadata"].get("labels") or {}).get(LABEL_NODE_INDEX)
+    return f"n{index}" if index is not None else "?"
+
+
+def logs(
+    name: str,
+    namespace: str,
+    follow: bool = False,
+    tail: int | None = None,
+    view: LogView | None = None,
+    choice: PodChoice | None = None,
+) -> int:
+    """The trainer output of the job's pods (of ``choice`` only), each line headed by its pod and the
+    time the API server logged it (``view``: as :mod:`orchestrator.cli.log_files` shows every
+    backend's lines, torchrun's signal tracebacks folded). ``follow``: keep reading, by polling,
+    until the GPUJob is terminal (or deleted); a pod started again under the same name (a new
     attempt) is printed from its first line. ``tail``: each pod's last lines only, at first."""
     printed: dict[str, int] = {}  # pod uid -> lines printed
-    while True:
-        try:
-            ended = gpujob_document(client.get_gpujob(name, namespace))["state"] in TERMINAL_STATES
-        except NotFoundError:
-            if not follow:
-                raise
-            print(f"gpuctl: gpujob/{name} was deleted", file=sys.stderr)
-            return 0
-        pods = sorted(client.list_job_pods(name, namespace), key=lambda p: str(p["metadata"]["name"]))
-        if not pods and not follow:
-            raise NotFoundError(
-                f"job {name} has no pods in namespace {namespace}", "check `kubectl get gj -n NS`"
-            )
-        for pod in pods:
-            _print_new_lines(pod, namespace, printed, tail)
-        sys.stdout.flush()
-        if ended or not follow:
-            return 0
-        time.sleep(FOLLOW_POLL_S)
+    printers: dict[str, LinePrinter] = {}
+    choice = choice or PodChoice()
+    try:
+        while True:
+            try:
+                ended = gpujob_document(client.get_gpujob(name, namespace))["state"] in TERMINAL_STATES
+            except NotFoundError:
+                if not follow:
+                    raise
+                print(f"gpuctl: gpujob/{name} was deleted", file=sys.stderr)
+                return 0
+            listed = sorted(client.list_job_pods(name, namespace), key=lambda p: str(p["metadata"]["name"]))
+            if not listed and not follow:
+                raise NotFoundError(
+                    f"job {name} has no pods in namespace {namespace}", "check `kubectl get gj -n NS`"
+                )
+            pods = [pod for pod in listed if choice.matches(pod)]
+            if listed and not pods and not follow:
+                _no_pod_of(choice, listed)
+            for pod in pods:
+                _print_new_lines(pod, namespace, printed, printers, tail, view or LogView())
+            sys.stdout.flush()
+            if ended or not follow:
+                return 0
+            time.sleep(FOLLOW_POLL_S)
+    finally:
+        for printer in printers.values():  # a traceback held to see how it ends
+            printer.release()
 
 
-def _print_new_lines(pod: dict[str, Any], namespace: str, printed: dict[str, int], tail: int | None) -> None:
+def _print_new_lines(
+    pod: dict[str, Any],
+    namespace: str,
+    printed: dict[str, int],
+    printers: dict[str, LinePrinter],
+    tail: int | None,
+    view: LogView,
+) -> None:
     pod_name = str(pod["metadata"]["name"])
     key = str(pod["metadata"].get("uid") or pod_name)
     try:
-        lines = client.read_container_log(pod_name, namespace, TRAINER).splitlines()
+        lines = client.read_container_log(pod_name, namespace, TRAINER, timestamps=True).splitlines()
     except GpuctlError:  # not started yet (400), gone since listed (404), kubelet unreachable: next time
         return
     if key not in printed and tail is not None:
         printed[key] = max(0, len(lines) - tail)
+    printer = printers.setdefault(key, LinePrinter(f"[{pod_name}] ", view, split=split_api_time))
     for line in lines[printed.get(key, 0) :]:  # the job's own output, but no escape sequence of it
-        print(terminal_text(f"[{pod_name}] {line}", multiline=True))
+        printer.show(line)
     printed[key] = len(lines)
+
+
+def _no_pod_of(choice: PodChoice, listed: list[dict[str, Any]]) -> None:
+    asked = " ".join(part for part in (f"--attempt {choice.attempt}" if choice.attempt is not None else "",
+                                       f"--node {choice.node}" if choice.node is not None else "") if part)  # fmt: skip
+    pods = ", ".join(
+        f"{pod['metadata']['name']} (attempt {(pod['metadata'].get('labels') or {}).get(LABEL_ATTEMPT, '?')}, "
+        f"{_short_node(pod)})"
+        for pod in listed
+    )
+    raise NotFoundError(
+        terminal_text(f"no pod of the job matches {asked}; it has: {pods}"),
+        "name one of those attempts (--attempt N) and nodes (--node n0 or the pod's name); the pods of "
+        "an earlier attempt are gone with their logs",
+    )
 
 
 def cancel(name: str, namespace: str) -> int:

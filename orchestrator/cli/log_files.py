@@ -1,4 +1,5 @@
-"""`gpuctl logs` of a local or SLURM job: its output files, streamed in bounded memory.
+"""`gpuctl logs` of a local or SLURM job: its output files, streamed in bounded memory; how every
+backend's lines are shown (:class:`LinePrinter`).
 
 A log file is read in chunks of :data:`CHUNK` bytes and printed line by line, a line longer than
 :data:`MAX_LINE` bytes in pieces, so a log of any size needs no more memory than that; ``--tail N``
@@ -8,8 +9,10 @@ place is skipped with a one-line note, never waited on nor followed. Each line i
 output, shown with newline and tab as they are and any other control character escaped
 (:func:`orchestrator.terminal.terminal_text`), so no output can rewrite the terminal.
 
-A line the node runner headed with its time (:mod:`orchestrator.backends.local.output_log`) is shown
-with it, after the line's source: ``[attempt-1/n0] 2026-11-26T07:29:11Z text``. A torchrun agent's
+A line a node headed with its time (:mod:`orchestrator.backends.output_log`: a local node's runner, a
+SLURM node's step wrapper) is shown with it, after the line's source:
+``[attempt-1/n0] 2026-11-26T07:29:11Z text``; so is a pod's line that the Kubernetes API server
+headed with its time (:func:`split_api_time`, for :mod:`orchestrator.cli.kube_jobs`). A torchrun agent's
 traceback for a signal it got (the notice, a cancel: :data:`~orchestrator.backends.torchrun.
 AGENT_SIGNAL_EXCEPTION`) is shown as one line; any other traceback is shown whole. A traceback is held
 until its last line (at most :data:`MAX_HELD_LINES` lines; a longer one is shown whole). ``raw``:
@@ -25,11 +28,11 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
 
-from orchestrator.backends.local.output_log import split_time
+from orchestrator.backends.output_log import split_time
 from orchestrator.backends.torchrun import AGENT_SIGNAL_EXCEPTION
 from orchestrator.errors import NotFoundError, PermanentError
 from orchestrator.home import open_regular_file
@@ -59,14 +62,13 @@ Line = tuple[datetime | None, str]
 
 
 @dataclass
-class LogFile:
-    """One output file and how far it has been printed (``offset`` None: not read yet)."""
+class LinePrinter:
+    """Shows the lines of one source, each headed by ``prefix`` (and its time), torchrun's signal
+    tracebacks folded (:class:`LogView`); ``split`` reads a line's time and text."""
 
-    path: Path
     prefix: str
-    offset: int | None = None
-    refused: bool = False
     view: LogView = field(default_factory=LogView)
+    split: Callable[[str], Line] = split_time
     held: list[Line] = field(default_factory=list)
     """The lines of a traceback not yet shown: its end decides whether it is folded."""
     held_chars: int = 0
@@ -76,7 +78,7 @@ class LogFile:
         if self.view.raw:
             self._print((None, raw_line))
             return
-        when, text = split_time(raw_line)
+        when, text = self.split(raw_line)
         if self.held:
             if text[:1].isspace():
                 self.held.append((when, text))
@@ -103,10 +105,51 @@ class LogFile:
 
     def _print(self, line: Line) -> None:
         when, text = line
-        stamp = f"{when:%Y-%m-%dT%H:%M:%S}Z " if when is not None and self.view.timestamps else ""
+        stamp = (
+            f"{when.astimezone(UTC):%Y-%m-%dT%H:%M:%S}Z " if when is not None and self.view.timestamps else ""
+        )
         # a carriage return (progress bars) starts a new line rather than overwriting this one
         for part in text.splitlines() or [""]:
             print(terminal_text(self.prefix + stamp + part, multiline=True))
+
+
+@dataclass
+class LogFile:
+    """One output file and how far it has been printed (``offset`` None: not read yet)."""
+
+    path: Path
+    prefix: str
+    offset: int | None = None
+    refused: bool = False
+    view: LogView = field(default_factory=LogView)
+    lines: LinePrinter = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.lines = LinePrinter(self.prefix, self.view)
+
+    def show(self, raw_line: str) -> None:
+        self.lines.show(raw_line)
+
+    def release(self) -> None:
+        self.lines.release()
+
+
+_API_TIME = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d) ")
+
+
+def split_api_time(line: str) -> Line:
+    """``(time, text)`` of a log line a Kubernetes API server headed with its time (``timestamps=true``:
+    ``2026-11-26T07:29:11.859123456Z text``, RFC 3339 to the nanosecond); ``(None, line)`` without."""
+    found = _API_TIME.match(line)
+    if found is None:
+        return None, line
+    fraction = (found.group(2) or ".")[1:7].ljust(6, "0")
+    zone = "+00:00" if found.group(3) == "Z" else found.group(3)
+    try:
+        moment = datetime.fromisoformat(f"{found.group(1)}.{fraction}{zone}").astimezone(UTC)
+    except ValueError:
+        return None, line
+    return moment, line[found.end() :]
 
 
 def agent_signal_line(text: str) -> str | None:

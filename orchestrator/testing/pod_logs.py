@@ -1,7 +1,9 @@
 """Pod logs for kmock's emulated API server, which has none: ``GET .../pods/NAME/log`` served at HTTP level.
 
 Like the kubelet behind a real API server: a line is kept with the time it was logged, ``container`` is
-required (the gpuctl pods have two), ``sinceSeconds`` returns the lines logged since then, and the body
+required (the gpuctl pods have two), ``sinceSeconds`` returns the lines logged since then,
+``timestamps=true`` heads each line with that time and a space (RFC 3339 in UTC, nanoseconds always
+nine digits: ``2026-11-26T07:29:11.859000000Z step 4``, as the kubelet writes them), and the body
 is ``text/plain``. Not modelled: log rotation, ``previous``, ``sinceTime``, ``tailLines``, ``limitBytes``,
 streams, and a 400 for a container that has not started.
 
@@ -15,6 +17,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from orchestrator.extras import require
@@ -55,8 +58,17 @@ class FakePodLogs:
         since = params.get("sinceSeconds")
         oldest = self.clock() - int(since) if since is not None else float("-inf")
         logged = self.lines.get((str(request.namespace), str(request.name), container), [])
-        body = "".join(f"{line}\n" for at, line in logged if at >= oldest)
+        timed = params.get("timestamps", "false").lower() in ("true", "1", "t")
+        body = "".join(
+            f"{api_time(at) + ' ' if timed else ''}{line}\n" for at, line in logged if at >= oldest
+        )
         return kmock.Response(status=200, payload=body.encode(), headers={"Content-Type": "text/plain"})
+
+
+def api_time(at: float) -> str:
+    """``at`` (UNIX seconds) as the kubelet heads a log line: RFC 3339 in UTC, to the nanosecond."""
+    seconds, micros = divmod(round(at * 1_000_000), 1_000_000)  # a float holds no nanoseconds
+    return f"{datetime.fromtimestamp(seconds, UTC):%Y-%m-%dT%H:%M:%S}.{micros * 1000:09d}Z"
 
 
 def _status(code: int, message: str) -> Any:

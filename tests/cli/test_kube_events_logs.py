@@ -20,6 +20,7 @@ from orchestrator.cli.main import main
 from orchestrator.testing.kube_api import KubeApi
 from orchestrator.testing.pod_logs import FakePodLogs
 from tests.cli.test_kube_jobs_cli import use_emulator
+from tests.cli.test_logs_view import AGENT_TRACEBACK, CRASH, NOTICE, T0
 
 K = ("--backend", "kubernetes", "--namespace", "ml")
 
@@ -44,9 +45,14 @@ def _gpujob(tmp_path: Path, status: dict[str, Any]) -> None:
     client.patch_gpujob_status("trainer", "ml", status)
 
 
-def _pod(name: str, job: str = "trainer") -> None:
+def _pod(name: str, job: str = "trainer", attempt: int = 1, node_index: int = 0) -> None:
+    labels = {
+        "gpuctl.dev/job": job,
+        "gpuctl.dev/attempt": str(attempt),
+        "gpuctl.dev/node-index": str(node_index),
+    }
     client.create_pod({"apiVersion": "v1", "kind": "Pod",
-                       "metadata": {"name": name, "namespace": "ml", "labels": {"gpuctl.dev/job": job}},
+                       "metadata": {"name": name, "namespace": "ml", "labels": labels},
                        "spec": {"containers": [{"name": "trainer", "image": "x"}]}})  # fmt: skip
 
 
@@ -117,7 +123,7 @@ async def test_logs_follow_the_trainer_until_the_gpujob_ends(
     ]  # fmt: skip
     monkeypatch.setattr(kube_jobs.time, "sleep", lambda _s: steps.pop(0)())
 
-    code, out, _ = await asyncio.to_thread(_cli, capsys, "logs", "trainer", *K, "-f")
+    code, out, _ = await asyncio.to_thread(_cli, capsys, "logs", "trainer", *K, "-f", "--no-timestamps")
     assert code == 0 and not steps, "it stopped once the GPUJob succeeded, not before"
     assert out.splitlines() == [
         "[trainer-n0] step 1",
@@ -126,7 +132,7 @@ async def test_logs_follow_the_trainer_until_the_gpujob_ends(
         "[trainer-n0] step 3",
         "[trainer-n0] done",
     ]
-    code, out, _ = await asyncio.to_thread(_cli, capsys, "logs", "trainer", *K)
+    code, out, _ = await asyncio.to_thread(_cli, capsys, "logs", "trainer", *K, "--no-timestamps")
     assert code == 0 and out.count("[trainer-n0] step") == 3 and "[trainer-n1] n1 joined" in out
 
 
@@ -139,3 +145,69 @@ async def test_logs_follow_stops_when_the_gpujob_is_deleted(
     monkeypatch.setattr(kube_jobs.time, "sleep", lambda _s: client.delete_gpujob("trainer", "ml"))
     code, out, err = await asyncio.to_thread(_cli, capsys, "logs", "trainer", *K, "-f")
     assert code == 0 and out == "" and "gpujob/trainer was deleted" in err
+
+
+def _preempted_pods(pod_logs: FakePodLogs) -> None:
+    """Attempt 2's pods (n0 preempted, its agent's traceback; n1 crashed), as the API server has them."""
+    _gpujob_running = {"state": "RUNNING", "attempt": 2}
+    client.patch_gpujob_status("trainer", "ml", _gpujob_running)
+    _pod("trainer-n0", attempt=2, node_index=0)
+    _pod("trainer-n1", attempt=2, node_index=1)
+    at = T0.timestamp()
+    pod_logs.write("ml", "trainer-n0", "trainer", f"step 1\n{NOTICE}\n{AGENT_TRACEBACK}", at=at)
+    pod_logs.write("ml", "trainer-n1", "trainer", CRASH, at=at + 1.5)
+
+
+@pytest.mark.asyncio
+async def test_logs_show_each_lines_time_and_fold_the_agents_signal_traceback(
+    pod_logs: FakePodLogs, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 32, item 4, on Kubernetes: the time the API server logged each line (asked with
+    ``timestamps=true``), shown as for a local job; torchrun's traceback for the notice is one line."""
+    await asyncio.to_thread(_gpujob, tmp_path, {"state": "PENDING"})
+    await asyncio.to_thread(_preempted_pods, pod_logs)
+    capsys.readouterr()
+    code, out, _ = await asyncio.to_thread(_cli, capsys, "logs", "trainer", *K)
+    assert code == 0
+    assert {r["timestamps"].lower() for r in pod_logs.requests if r.get("container") == "trainer"} == {"true"}
+    assert out.splitlines() == [
+        "[trainer-n0] 2026-11-26T07:29:11Z step 1",
+        f"[trainer-n0] 2026-11-26T07:29:11Z {NOTICE}",
+        "[trainer-n0] 2026-11-26T07:29:11Z gpuctl: torchrun agent (pid 1713) stopped by SIGTERM (a notice, a "
+        "cancel or a stop); its traceback hidden, `gpuctl logs --raw` shows it",
+        *(f"[trainer-n1] 2026-11-26T07:29:13Z {line}" for line in CRASH.splitlines()),
+    ]
+    shown = out.splitlines()
+    code, out, _ = await asyncio.to_thread(_cli, capsys, "logs", "trainer", *K, "--no-timestamps")
+    assert out.splitlines() == [line.replace(" 2026-11-26T07:29:11Z", "").replace(" 2026-11-26T07:29:13Z", "")
+                                for line in shown]  # fmt: skip
+    code, out, _ = await asyncio.to_thread(_cli, capsys, "logs", "trainer", *K, "--tail", "1")
+    assert [line.split(" ", 2)[::2] for line in out.splitlines()] == [
+        ["[trainer-n0]", AGENT_TRACEBACK.splitlines()[-1]],  # its start not read: shown as it is
+        ["[trainer-n1]", "ValueError: shapes do not match"],
+    ]
+    code, out, _ = await asyncio.to_thread(_cli, capsys, "logs", "trainer", *K, "--raw")
+    raw = out.splitlines()
+    assert raw[0] == "[trainer-n0] 2026-11-26T07:29:11.859000000Z step 1"
+    assert len(raw) == 2 + len(AGENT_TRACEBACK.splitlines()) + len(CRASH.splitlines())
+    assert raw[len(AGENT_TRACEBACK.splitlines()) + 1].endswith("SignalException: Process 1713 got signal: 15")
+
+
+@pytest.mark.asyncio
+async def test_logs_attempt_and_node_choose_pods_by_their_labels(
+    pod_logs: FakePodLogs, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    await asyncio.to_thread(_gpujob, tmp_path, {"state": "PENDING"})
+    await asyncio.to_thread(_preempted_pods, pod_logs)
+    capsys.readouterr()
+    for node in ("n1", "trainer-n1"):
+        code, out, _ = await asyncio.to_thread(
+            _cli, capsys, "logs", "trainer", *K, "--attempt", "2", "--node", node
+        )
+        assert code == 0 and {line.split()[0] for line in out.splitlines()} == {"[trainer-n1]"}, out
+    code, out, err = await asyncio.to_thread(_cli, capsys, "logs", "trainer", *K, "--attempt", "1")
+    assert code != 0 and out == ""
+    assert (
+        "no pod of the job matches --attempt 1; it has: trainer-n0 (attempt 2, n0), trainer-n1 (attempt 2, n1)"
+        in err
+    )

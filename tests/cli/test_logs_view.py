@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.backends.local.output_log import time_head
+from orchestrator.backends.output_log import time_head
 from orchestrator.cli.main import main
 from orchestrator.state.store import JobStore
 

@@ -371,9 +371,15 @@ def pod_logs(
 
 
 def read_container_log(
-    pod: str, namespace: str, container: str, since_seconds: int | None = None, api: Any | None = None
+    pod: str,
+    namespace: str,
+    container: str,
+    since_seconds: int | None = None,
+    api: Any | None = None,
+    timestamps: bool = False,
 ) -> str:
-    """One container's log (``since_seconds``: only lines logged in that many seconds before now).
+    """One container's log (``since_seconds``: only lines logged in that many seconds before now;
+    ``timestamps``: each line headed by the time it was logged, RFC 3339 to the nanosecond, and a space).
 
     Read as raw bytes: older releases of the client (still allowed by pyproject) parse a log that is a
     single JSON document and return its Python ``str()`` instead of the text."""
@@ -381,6 +387,8 @@ def read_container_log(
     kwargs: dict[str, Any] = {"container": container, "_preload_content": False}
     if since_seconds is not None:
         kwargs["since_seconds"] = since_seconds
+    if timestamps:
+        kwargs["timestamps"] = True
     what = f"read the {container} log of pod {pod}"
     with _mapped(what):
         response: Any = core.read_namespaced_pod_log(pod, namespace, **kwargs)  # a urllib3 response

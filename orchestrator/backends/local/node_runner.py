@@ -15,7 +15,7 @@ trainer ends, the runner stops the monitor (SIGTERM: it writes its last window) 
 ``exit_code``. A monitor that cannot run (no NVML) costs one line in the node's output, never the job.
 
 The setup command's and the trainer's output reach ``output.log`` (the runner's standard output)
-through the runner, each line headed by its time (:mod:`orchestrator.backends.local.output_log`),
+through the runner, each line headed by its time (:mod:`orchestrator.backends.output_log`),
 as do the runner's own lines.
 """
 
@@ -29,8 +29,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from orchestrator.backends.local.output_log import TimedOutput
 from orchestrator.backends.monitoring import summary_file_name
+from orchestrator.backends.output_log import TimedOutput
 
 MONITOR_STOP_TIMEOUT_S = 5.0
 NO_NVML_EXIT_CODE = 3

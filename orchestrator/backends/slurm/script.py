@@ -30,6 +30,12 @@ per node, started in the background by the node's step wrapper beside the launch
 ``monitor-summary-<node>.jsonl`` in the job folder and its output to ``monitor-<node>.log``. When the
 launcher ends the wrapper stops it (TERM, then KILL after 5 s) and exits with the launcher's code, so
 a monitor that is missing, dies or hangs never fails or holds up the step.
+
+Each node's output (the setup's, torchrun's, the training's and the wrapper's own) reaches the job's
+output file with every line headed by its time, as on the local backend
+(:mod:`orchestrator.backends.output_log`): the wrapper sends its output, by a process substitution,
+through ``python3 -m orchestrator.backends.output_log`` run by the monitor command's interpreter
+(:func:`node_python`), and exits with the launcher's code (:func:`timed_output`).
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ from pathlib import Path
 from orchestrator import contract
 from orchestrator.backends.base import LaunchRequest
 from orchestrator.backends.monitoring import SUMMARY_PREFIX, MonitorSettings
+from orchestrator.backends.output_log import IGNORED_SIGNALS
 from orchestrator.backends.slurm.config import SlurmClusterConfig
 from orchestrator.backends.torchrun import RESTARTING_AGENT_ENV
 from orchestrator.errors import UserError
@@ -234,6 +241,29 @@ exit "$rc"
 """
 
 
+_TIMED_OUTPUT = """\
+trap : TERM
+exec {{output}}> >(trap '' {ignored}; {writer} 2>/dev/null || {{ echo {note}"$SLURMD_NODENAME"; exec cat; }})
+output_writer=$!
+(
+exec {{output}}>&-
+{payload}) >&"$output" 2>&1
+rc=$?
+exec {{output}}>&-
+for _ in {{1..{polls}}}; do
+    kill -0 "$output_writer" 2>/dev/null || break
+    sleep 0.2
+done
+exit "$rc"
+"""
+
+OUTPUT_DRAIN_S = 5
+"""How long a node's wrapper waits, after the launcher ended, for the output writer to write what it
+read: longer only when a process the launcher left behind still holds the pipe open (its lines so far
+are written; the wrapper then exits and SLURM ends what is left of the step)."""
+
+OUTPUT_WRITER_MODULE = "orchestrator.backends.output_log"
+
 _NODE_WITH_MONITOR = """\
 export {node_id_var}="$GPUCTL_JOB_ID-$SLURMD_NODENAME"
 trap : TERM
@@ -259,6 +289,37 @@ if [[ $? -eq 3 ]]; then
 fi
 exit "$rc"
 """
+
+
+def node_python(monitor: MonitorSettings) -> tuple[str, ...]:
+    """How a compute node runs gpuctl's Python: the interpreter of the monitor's command when it is
+    ``PYTHON... -m orchestrator.monitor`` (``GPUCTL_MONITOR_COMMAND``), else ``python3``."""
+    command = monitor.command
+    if len(command) > 2 and command[-2:] == ("-m", "orchestrator.monitor"):
+        return command[:-2]
+    return ("python3",)
+
+
+def timed_output(monitor: MonitorSettings, payload: str) -> str:
+    """A task's ``bash -c`` script that runs ``payload`` (in a subshell, with the task's ``$@``) with
+    its output, and its children's, going through the output writer
+    (:mod:`orchestrator.backends.output_log`), each line timed, by a process substitution: no
+    pipeline stage stands between the launcher and the signals SLURM sends the step's process group,
+    and the payload's exit code is the script's. The writer, and the process substitution that runs
+    it, ignore the signals of a step and end when the pipe does; the script waits for them at most
+    :data:`OUTPUT_DRAIN_S`, polling (the payload's subshell, not this shell, waits for the launcher:
+    no ``wait`` of it can block on the writer). A writer that cannot run (no gpuctl for that python
+    on the node) costs one line: the output then goes through ``cat``, untimed."""
+    q = shlex.quote
+    writer = [*node_python(monitor), "-m", OUTPUT_WRITER_MODULE]
+    note = f"gpuctl: note: {' '.join(writer)} did not run; lines not timed on "
+    return _TIMED_OUTPUT.format(
+        ignored=" ".join(name.removeprefix("SIG") for name in IGNORED_SIGNALS),
+        writer=" ".join(q(part) for part in writer),
+        note=q(note),
+        payload=payload,
+        polls=int(OUTPUT_DRAIN_S / 0.2),
+    )
 
 
 ELASTIC_RDZV_CONF = "last_call_timeout=15,join_timeout=300,keep_alive_interval=1,keep_alive_max_attempt=3"
@@ -287,15 +348,25 @@ def node_wrapper(request: LaunchRequest, monitor: MonitorSettings) -> str:
     """The ``bash -c`` script each node's task runs (the launcher command line is its ``$@``)."""
     rdzv = rendezvous_conf(request)
     if not monitor.enabled:
-        return rdzv + f'export {contract.ENV_NODE_ID}="$GPUCTL_JOB_ID-$SLURMD_NODENAME"; exec "$@"'
+        payload = rdzv + f'export {contract.ENV_NODE_ID}="$GPUCTL_JOB_ID-$SLURMD_NODENAME"\nexec "$@"\n'
+        return timed_output(monitor, payload)
     q = shlex.quote
     command = [*monitor.command, *monitor.arguments(request.job_id, monitor.addr)]
-    return rdzv + _NODE_WITH_MONITOR.format(
-        node_id_var=contract.ENV_NODE_ID,
-        monitor=" ".join(q(part) for part in command),
-        summary=q(str(request.job_dir / SUMMARY_PREFIX)),
-        log=q(str(request.job_dir / "monitor-")),
+    return timed_output(
+        monitor,
+        rdzv
+        + _NODE_WITH_MONITOR.format(
+            node_id_var=contract.ENV_NODE_ID,
+            monitor=" ".join(q(part) for part in command),
+            summary=q(str(request.job_dir / SUMMARY_PREFIX)),
+            log=q(str(request.job_dir / "monitor-")),
+        ),
     )
+
+
+def setup_wrapper(monitor: MonitorSettings) -> str:
+    """The ``bash -c`` script each node's setup task runs (the spec's setup command is its ``$1``)."""
+    return timed_output(monitor, 'exec bash -c "$1"\n')
 
 
 def _reference_checks(references: dict[str, EnvReference]) -> list[str]:
@@ -351,7 +422,7 @@ def render_batch_job(
         _STEP_LOOP,
     ]
     if spec.setup:
-        lines.append(f"srun bash -c {q(spec.setup)} || exit $?")
+        lines.append(f"srun bash -c {q(setup_wrapper(monitor))} gpuctl-setup {q(spec.setup)} || exit $?")
     node_id = node_wrapper(request, monitor)
     launcher = " ".join(q(part) for part in config.launcher)
     elastic = request.min_nodes != request.max_nodes

@@ -5,10 +5,14 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
+from orchestrator.backends.monitoring import MonitorSettings
+from orchestrator.backends.output_log import split_time
 from orchestrator.backends.slurm import SlurmClusterConfig, render_batch_job
 from orchestrator.backends.slurm import script as batch_script
 from orchestrator.backends.slurm.placements import request_for
@@ -28,17 +32,23 @@ def run_batch(
     step_rc: int,
     requeue_on_notice: bool = True,
     stubs: dict[str, str] | None = None,
+    config: SlurmClusterConfig | None = None,
+    spec_extra: dict[str, object] | None = None,
 ) -> tuple[int, list[str]]:
+    """The batch shell's exit code and the stub calls it made; its output is in ``tmp_path/output``."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for name, body in {**STUBS, **(stubs or {})}.items():
         path = bin_dir / name
         path.write_text(f"#!/bin/bash\n{body}\n")
         path.chmod(path.stat().st_mode | stat.S_IEXEC)
-    spec = load_spec_text(f"name: t\ncommand: train.py\nworkdir: {tmp_path}\n")
-    request = request_for(spec, "t-1", tmp_path / "job", SlurmClusterConfig())
+    config = config or SlurmClusterConfig()
+    spec = load_spec_text(yaml.safe_dump({"name": "t", "command": "train.py", "workdir": str(tmp_path),
+                                          **(spec_extra or {})}))  # fmt: skip
+    request = request_for(spec, "t-1", tmp_path / "job", config)
     request.job_dir.mkdir()
-    script = render_batch_job(request, SlurmClusterConfig(), requeue_on_notice=requeue_on_notice).script
+    monitor = MonitorSettings(source="off", command=(sys.executable, "-m", "orchestrator.monitor"))
+    script = render_batch_job(request, config, monitor, requeue_on_notice=requeue_on_notice).script
     calls = tmp_path / "calls"
     calls.touch()
     env = {
@@ -50,8 +60,11 @@ def run_batch(
         "SLURM_JOB_ID": "42",
         "SLURM_JOB_NUM_NODES": "1",
         "SLURM_JOB_NODELIST": "node1",
+        "SLURMD_NODENAME": "node1",
+        "PYTHONPATH": str(Path(__file__).resolve().parents[3]),  # the output writer's gpuctl
     }
     done = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=30)
+    (tmp_path / "output").write_text(done.stdout + done.stderr)
     return done.returncode, calls.read_text().splitlines()
 
 
@@ -112,3 +125,32 @@ def test_a_step_still_running_after_training_finished_is_ended_and_the_run_succe
     kill_step = 'echo "scancel $*" >>"$CALLS"; [ "$1" = --signal=KILL ] && kill -KILL "$(cat "$CALLS.srun")"'
     rc, calls = run_batch(tmp_path, "", 0, stubs={"srun": hanging_step, "scancel": kill_step})
     assert (rc, calls) == (0, ["scancel --signal=KILL 42"])
+
+
+PASS_THROUGH_SRUN = 'while [[ $1 == --* ]]; do shift; done; exec "$@"'
+"""srun on one node: runs its task (the node's wrapper with the launcher) as slurmstepd would."""
+
+
+@pytest.mark.parametrize(
+    ("launcher_rc", "requeue_on_notice", "expected_calls", "exit_code"),
+    [
+        (0, True, [], 0),
+        (3, True, [], 3),
+        (75, True, ["scontrol requeue 42"], 0),  # the preempted code by itself: a notice
+        (75, False, [], 75),  # under the controller: the next attempt
+    ],
+)
+def test_each_nodes_setup_and_launcher_output_is_timed_and_the_launchers_code_decides(
+    tmp_path: Path, launcher_rc: int, requeue_on_notice: bool, expected_calls: list[str], exit_code: int
+) -> None:
+    """Issue 32, item 4: the step's code is the launcher's, through the node wrapper's timed output."""
+    config = SlurmClusterConfig(
+        launcher=["bash", "-c", f'echo "trained on $SLURMD_NODENAME"; exit {launcher_rc}', "x"]
+    )
+    setup = """echo 'set up: "$HOME" `id`'"""
+    code, calls = run_batch(
+        tmp_path, "", 0, requeue_on_notice, {"srun": PASS_THROUGH_SRUN}, config, {"setup": setup}
+    )
+    assert (code, calls) == (exit_code, expected_calls)
+    timed = [text for when, text in map(split_time, (tmp_path / "output").read_text().splitlines()) if when]
+    assert timed == ['set up: "$HOME" `id`', "trained on node1"]

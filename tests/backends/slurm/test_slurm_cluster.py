@@ -13,12 +13,13 @@ import pytest
 import yaml
 
 from orchestrator.backends.base import AttemptObservation, LaunchRequest, NodePhase
+from orchestrator.backends.output_log import split_time
 from orchestrator.backends.slurm import SlurmBackend, SlurmClusterConfig, commands, status_from_slurm
 from orchestrator.backends.slurm.placements import request_for
 from orchestrator.errors import UserError
 from orchestrator.spec import load_spec_text
 from orchestrator.state.status import JobStatus
-from tests.backends.slurm.conftest import TRAIN
+from tests.backends.slurm.conftest import ROOT, TRAIN
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 EVERY = 5
@@ -139,8 +140,9 @@ def test_node_down_mid_run_resumes_from_checkpoint(
 
 
 def test_notice_checkpoints_then_requeues_without_lost_steps(
-    backend: SlurmBackend, cluster_config: SlurmClusterConfig, tmp_path: Path
+    backend: SlurmBackend, cluster_config: SlurmClusterConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the nodes' output writer is this tree's
     req = make_request(tmp_path, cluster_config, "notice", steps=40)
     backend.launch(req)
     wait_until(backend, req, at_step(8))
@@ -150,6 +152,9 @@ def test_notice_checkpoints_then_requeues_without_lost_steps(
     assert_resumed(req, 40, 0)
     log = Path(backend.log_paths(req.job_id)[0]).read_text()
     assert "checkpoint saved" in log and "requeueing job" in log
+    # the nodes' lines are timed (the batch shell's own are not); the step's code still requeued it
+    noticed = [split_time(line) for line in log.splitlines() if "checkpoint saved" in line]
+    assert noticed and all(when is not None for when, _ in noticed), log
 
 
 def test_stop_checkpoints_and_cancels(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -26,7 +27,7 @@ from orchestrator.backends.slurm import commands as slurm
 from orchestrator.state.records import JobRecord
 from orchestrator.state.status import JobStatus
 from orchestrator.state.store import JobStore
-from tests.backends.slurm.conftest import TRAIN
+from tests.backends.slurm.conftest import ROOT, TRAIN
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 EVERY = 5
@@ -176,6 +177,7 @@ def test_requeue_and_node_down_each_start_the_next_attempt_from_the_checkpoint(
 
 def test_notice_with_spot_down_moves_the_job_to_on_demand(gpuctl_env: dict[str, str], tmp_path: Path) -> None:
     steps = 50
+    gpuctl_env["PYTHONPATH"] = str(ROOT)  # the nodes' output writer is this tree's (sbatch passes it on)
     job_id = submit(
         gpuctl_env, tmp_path, "fallback", steps=steps,
         goals={"deadline": "100s", "compute_hours": 0.02},
@@ -200,6 +202,28 @@ def test_notice_with_spot_down_moves_the_job_to_on_demand(gpuctl_env: dict[str, 
     )
     assert [r.partition for r in slurm_jobs(job_id)] == ["spot", "ondemand"]
     assert "on-demand: the deadline needs it" in events(store, job_id)
+    assert_logs_timed_and_the_notice_folded(gpuctl_env, job_id)
+
+
+def assert_logs_timed_and_the_notice_folded(env: dict[str, str], job_id: str) -> None:
+    """Issue 32, item 4: each node's lines are timed by the node's writer, the torchrun agent's
+    traceback for the notice is one line (``--raw`` shows it), ``--attempt`` picks an attempt."""
+    shown = gpuctl(env, "logs", job_id)
+    assert shown.returncode == 0, shown.stderr
+    timed = re.compile(
+        r"\[attempt-1\] \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ rank 0: notice at step \d+, checkpoint saved$"
+    )
+    assert any(timed.match(line) for line in shown.stdout.splitlines()), shown.stdout
+    assert any(line.startswith("[attempt-2] 20") for line in shown.stdout.splitlines()), shown.stdout
+    assert "SignalException" not in shown.stdout and "gpuctl: torchrun agent (pid " in shown.stdout, (
+        shown.stdout
+    )
+    raw = gpuctl(env, "logs", job_id, "--raw", "--attempt", "1")
+    assert "Traceback (most recent call last):" in raw.stdout and "SignalException" in raw.stdout
+    assert all(line.startswith("[attempt-1] ") for line in raw.stdout.splitlines())
+    bare = gpuctl(env, "logs", job_id, "--attempt", "2", "--no-timestamps", "--tail", "3")
+    assert bare.returncode == 0 and len(bare.stdout.splitlines()) == 3, bare.stdout
+    assert not any(re.match(r"\[attempt-2\] \d{4}-", line) for line in bare.stdout.splitlines()), bare.stdout
 
 
 def test_cancel_checkpoints_and_cancels_the_slurm_job(gpuctl_env: dict[str, str], tmp_path: Path) -> None:

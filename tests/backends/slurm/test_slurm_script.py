@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shlex
 import subprocess
 from pathlib import Path
@@ -9,9 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from orchestrator.backends.monitoring import MonitorSettings
 from orchestrator.backends.slurm import SlurmClusterConfig, load_cluster_config, render_batch_job
 from orchestrator.backends.slurm.placements import placement_for, request_for
-from orchestrator.backends.slurm.script import format_time_limit
+from orchestrator.backends.slurm.script import format_time_limit, node_python, node_wrapper, setup_wrapper
 from orchestrator.catalog.offers import MarketKind
 from orchestrator.cli.main import main
 from orchestrator.errors import NotFoundError, UserError
@@ -163,3 +165,41 @@ def test_a_partition_preemption_is_a_notice(tmp_path: Path) -> None:
     script = render(tmp_path)
     check = script.index("PreemptTime=[0-9]")
     assert script.index("notice=requeue", check) < script.index("scontrol requeue", check)
+
+
+@pytest.mark.parametrize("source", ["off", "nvml"])
+def test_each_nodes_output_is_timed_through_a_process_substitution_never_a_pipeline(
+    tmp_path: Path, source: str
+) -> None:
+    """Issue 32, item 4: no pipe stage between the launcher and SLURM's signals, the launcher's code
+    is the task's, and the writer runs with the monitor command's python, quoted."""
+    request = request_for(load_spec_text(spec_text()), "train-1", tmp_path / "job dir", CONFIG)
+    python = "/opt/py $(id) 'env'/bin/python"
+    monitor = MonitorSettings.from_env(
+        {
+            "GPUCTL_MONITOR_SOURCE": source,
+            "GPUCTL_MONITOR_COMMAND": f"{shlex.quote(python)} -m orchestrator.monitor",
+        }
+    )
+    wrapper = node_wrapper(request, monitor)
+    writer = f"{shlex.quote(python)} -m orchestrator.backends.output_log"
+    assert wrapper.startswith(
+        f"trap : TERM\nexec {{output}}> >(trap '' TERM INT HUP QUIT USR1 USR2; {writer} "
+    )
+    assert ') >&"$output" 2>&1\nrc=$?\nexec {output}>&-\n' in wrapper and wrapper.endswith('exit "$rc"\n')
+    assert not [line for line in wrapper.splitlines() if re.search(r"(?<!\|)\|(?!\|)", line)]  # no pipe
+    script = render_batch_job(request, CONFIG, monitor).script
+    assert f"srun --no-kill bash -c {shlex.quote(wrapper)} gpuctl-node " in script  # elastic: --no-kill
+    setup = (
+        f"srun bash -c {shlex.quote(setup_wrapper(monitor))} gpuctl-setup 'pip install -r requirements.txt' "
+    )
+    assert setup + "|| exit $?\n" in script
+
+
+def test_the_writer_runs_with_python3_unless_the_monitor_command_names_a_python() -> None:
+    assert node_python(MonitorSettings()) == ("python3",)
+    assert node_python(MonitorSettings(command=("/opt/gpuctl-monitor",))) == ("python3",)
+    assert node_python(MonitorSettings(command=("/venv/bin/python", "-I", "-m", "orchestrator.monitor"))) == (
+        "/venv/bin/python",
+        "-I",
+    )

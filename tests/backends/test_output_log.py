@@ -1,14 +1,16 @@
-"""The node runner heads every line of ``output.log`` with the time it was written (issue 32, item 4)."""
+"""A node's output, every line headed with the time it was written (issue 32, item 4): the local node
+runner's ``output.log`` and the stand-alone writer a SLURM node's step wrapper runs."""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from orchestrator.backends.local.output_log import TimedOutput, split_time, time_head
+from orchestrator.backends.output_log import TimedOutput, split_time, time_head
 
 
 def test_a_head_reads_back_as_its_time() -> None:
@@ -43,3 +45,22 @@ def test_output_is_drained_when_the_log_cannot_be_written(tmp_path: Path) -> Non
     subprocess.run([sys.executable, "-c", child], stdout=out.fd, check=True, timeout=30)
     out.close()
     os.close(sink)
+
+
+def test_the_stand_alone_writer_times_its_input_and_outlives_the_signals_of_a_step() -> None:
+    writer = subprocess.Popen([sys.executable, "-m", "orchestrator.backends.output_log"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)  # fmt: skip
+    assert writer.stdin is not None and writer.stdout is not None
+    writer.stdin.write(b"before\n")
+    writer.stdin.flush()
+    assert split_time(writer.stdout.readline().decode())[1] == "before\n"  # it runs, its handlers set
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
+        writer.send_signal(sig)
+    writer.stdin.write(b"after the notice, ")
+    writer.stdin.flush()
+    writer.stdin.write(b"in pieces\nlast line, no newline")
+    out, _ = writer.communicate(timeout=30)
+    assert writer.returncode == 0
+    assert [split_time(line)[1] for line in out.decode().splitlines()] == ["after the notice, in pieces",
+                                                                           "last line, no newline"]  # fmt: skip
+    assert all(split_time(line)[0] is not None for line in out.decode().splitlines())
