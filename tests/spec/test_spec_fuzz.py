@@ -12,6 +12,7 @@ For random YAML documents, random text, and mutations of the quickstart example:
 from __future__ import annotations
 
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -149,29 +150,13 @@ def check(text: str) -> None:
     kube = KubeConfig(
         gpu_products={t: ["NVIDIA-TEST"] for t in (*spec.resources.gpu_types, PLACEMENT.gpu_type)}
     )
+    pod_of_node_0 = partial(build_pod, spec, PLACEMENT, job="fuzz-1", namespace="ns", attempt=1, node_index=0,
+                            config=kube, attempt_nodes=spec.resources.max_nodes)  # fmt: skip
     if kube_env_problems(spec):  # from_env cannot reach a pod: refused clearly
         with pytest.raises(SpecError, match="To fix"):
-            build_pod(
-                spec,
-                PLACEMENT,
-                job="fuzz-1",
-                namespace="ns",
-                attempt=1,
-                node_index=0,
-                config=kube,
-                attempt_nodes=spec.resources.max_nodes,
-            )
+            pod_of_node_0()
         return
-    pod = build_pod(
-        spec,
-        PLACEMENT,
-        job="fuzz-1",
-        namespace="ns",
-        attempt=1,
-        node_index=0,
-        config=kube,
-        attempt_nodes=spec.resources.max_nodes,
-    )
+    pod = pod_of_node_0()
     yaml.safe_dump(pod).encode("utf-8")
 
 
