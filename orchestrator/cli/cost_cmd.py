@@ -11,17 +11,19 @@ from typing import Any
 
 from rich.console import Console
 
+from orchestrator.cli.avoidable_view import stored_fixes
 from orchestrator.cli.output import print_notes
 from orchestrator.costs.budgets import load_cost_config
 from orchestrator.costs.html import to_html
 from orchestrator.costs.inputs import ReportInputs, read_inputs_file, read_ledger
 from orchestrator.costs.ledger import Window
 from orchestrator.costs.lost_work import lost_work_from_progress
-from orchestrator.costs.render import TABLE_ROWS, to_csv, to_json, to_table
+from orchestrator.costs.render import TABLE_ROWS, to_csv, to_json, to_table, top_fixes_table
 from orchestrator.costs.report import GroupBy, Report, build_report_from, parse_since, parse_window
 from orchestrator.errors import UserError
 from orchestrator.home import home_dir
 from orchestrator.state import store as store_module
+from orchestrator.state.job_dir import JobDir, job_dir_path
 from orchestrator.state.usage import usage_from_files
 from orchestrator.terminal import terminal_text
 
@@ -35,25 +37,41 @@ def load_report_inputs(home: Path, since: datetime | None = None) -> ReportInput
     lost = {}
     legacy = inputs.idle is not None and inputs.measured is None  # a source of idle GPU-hours only
     idle, measured = dict(inputs.idle or {}), dict(inputs.measured or {})
+    in_report = {s.job_id for s in inputs.segments}  # only these jobs are diagnosed
+    diagnosis = None
+    if isinstance(store, store_module.JobStore):  # with no start, every segment was read already
+        every = inputs.segments if since is None else None
+        diagnosis = stored_fixes(store, datetime.now(UTC), in_report, every)
     for job in inputs.jobs:
-        found = lost_work_from_progress(home / "jobs" / job.id / "progress.jsonl")
+        if diagnosis is not None and job.id in diagnosis.fixes:  # its progress file, read once
+            found = diagnosis.lost.get(job.id)
+        elif job.id in in_report:  # a job with no segment in the report costs no lost work there
+            found = lost_work_from_progress(JobDir.of(home, job.id).progress)
+        else:
+            found = None
         if found is not None and found.steps:
             lost[job.id] = found
         if job.id in measured or legacy:  # what the controller stored; else the summary files themselves
             continue
-        usage = usage_from_files(home / "jobs" / job.id)
+        usage = usage_from_files(job_dir_path(home, job.id))
         if usage is not None and usage.measured_gpu_hours > 0:
             idle[job.id], measured[job.id] = usage.idle_gpu_hours, usage.measured_gpu_hours
-    if isinstance(store, store_module.JobStore):
+    fixes, tuned = None, dict(inputs.tuned)
+    if diagnosis is not None:
+        fixes, tuned = diagnosis.fixes, diagnosis.tuned
         print_notes(store.damaged.values())  # damaged rows left out of the report
     return dataclasses.replace(
-        inputs, lost={**inputs.lost, **lost}, idle=idle, measured=None if legacy else measured
-    )
+        inputs, lost={**inputs.lost, **lost}, idle=idle, measured=None if legacy else measured, fixes=fixes,
+        tuned=tuned,
+    )  # fmt: skip
 
 
 def _table_text(report: Report, limit: int | None) -> str:
     console = Console(file=io.StringIO(), width=160, record=True)
     console.print(to_table(report, limit))
+    fixes = top_fixes_table(report)
+    if fixes is not None:
+        console.print(fixes)
     return console.export_text()
 
 
@@ -61,7 +79,7 @@ def register(sub: Any) -> None:
     cost = sub.add_parser("cost", help="what jobs cost: reports from the ledger")
     cost_sub = cost.add_subparsers(dest="cost_command", metavar="SUBCOMMAND", required=True)
     report = cost_sub.add_parser(
-        "report", help="cost, savings, idle and lost work by job/user/team/gpu/market"
+        "report", help="cost, savings, idle, lost work and avoidable spend by job/user/team/gpu/market"
     )
     when = report.add_mutually_exclusive_group()
     when.add_argument("--since", metavar="DURATION", help="the last DURATION, such as 7d or 24h")
@@ -92,7 +110,11 @@ def run_report(args: argparse.Namespace) -> int:
     budgets = load_cost_config(home_dir() / "config.yaml") if args.output == "html" else None  # its chart
     report = build_report_from(inputs, now, window, args.by, budgets)
     if args.output == "table" and not args.out:
-        Console(width=160).print(to_table(report, args.limit or None))
+        console = Console(width=160)
+        console.print(to_table(report, args.limit or None))
+        fixes = top_fixes_table(report)
+        if fixes is not None:
+            console.print(fixes)
         return 0
     text = {
         "table": lambda r: _table_text(r, args.limit or None),

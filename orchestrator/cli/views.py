@@ -98,6 +98,8 @@ def _summary_lines(doc: dict[str, Any]) -> list[str]:
         lines.append(gpu_use_line(doc["gpu_usage"]))
     elif doc["segments"] or doc["backend_details"].get("gpu_monitor_message"):  # ran, nothing measured
         lines.append(gpu_not_measured_line(doc["backend_details"].get("gpu_monitor_message"), doc["id"]))
+    if doc.get("avoidable") is not None and doc["segments"]:  # it ran: what it wasted, or "not measured"
+        lines.append(avoidable_line(doc["avoidable"]))
     if doc["cost_is_simulated"]:
         lines.append(f"note: {SIMULATED_NOTE}")
     for seg in doc["segments"]:
@@ -195,6 +197,27 @@ def gpu_not_measured_line(message: str | None, job_id: str) -> str:
     if message:
         return f"GPU use: not measured ({message})"
     return f"GPU use: not measured (no NVML on the nodes, or no monitor: `gpuctl events {job_id}` says which)"
+
+
+def avoidable_line(found: dict[str, Any]) -> str:
+    """One line of a document's ``avoidable`` (:meth:`orchestrator.costs.avoidable.JobAvoidable.to_dict`):
+    the largest fix in USD, or "not measured" when neither step timings nor GPU use were measured."""
+    missing = found.get("not_measured") or []
+    if not found.get("measured"):
+        return "avoidable spend: not measured (no step timings and no GPU use measured)"
+    note = f"; {' and '.join(missing)} not measured" if missing else ""
+    if found.get("saved_by_tuning_usd") is not None:
+        note += f"; saved by tuning {usd(found['saved_by_tuning_usd'])} USD"
+    month, remaining = found.get("avoidable_month_usd"), found.get("avoidable_remaining_usd")
+    fixes = [f for f in found.get("fixes") or [] if f.get("share") and f.get("counted", True)]
+    if (month is None and remaining is None) or not fixes:
+        return f"avoidable spend: none found{note}"
+    rest = "" if remaining is None else f"up to {usd(remaining)} USD of the remaining work, "
+    month_text = "-" if month is None else f"{usd(month)} USD"
+    return (
+        f"avoidable spend: {rest}{month_text} of team {found.get('team')}'s last 30 days (largest: "
+        f"{fixes[0]['code']}; `gpuctl diagnose {found.get('job_id')}`){note}"
+    )
 
 
 def gpu_use_line(usage: dict[str, Any]) -> str:

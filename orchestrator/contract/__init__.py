@@ -18,6 +18,7 @@ import signal
 from orchestrator.contract.fields import BadRecord
 from orchestrator.contract.progress import (
     ProgressRecord,
+    TuneResult,
     parse_progress_records,
     progress_record,
     read_progress_records,
@@ -38,6 +39,7 @@ __all__ = [
     "BadRecord",
     "MonitorUnavailable",
     "ProgressRecord",
+    "TuneResult",
     "WindowSummary",
     "monitor_unavailable",
     "parse_progress_records",
@@ -74,9 +76,18 @@ numbers are ignored); ``data_s``/``compute_s`` seconds; ``event`` a string; any 
 null, and no number anywhere may be non-finite. A record that breaks this is skipped, with one warning
 per file.
 
+With ``runtime: {tune: auto}`` the runtime writes, when tuning its input pipeline ends, a record with
+``"event": "tuned"`` and ``"tune": {"before_step_s", "after_step_s", "settings": {...}}``: mean step
+seconds before and after, and the loader settings kept (names to strings, whole numbers or booleans;
+at most 32 of them); see :class:`TuneResult`.
+
 A writer killed mid-append leaves a torn last line; the next writer starts its record on a new line
 (see :mod:`orchestrator.runtime.progress`), and every reader uses :func:`read_progress_records`,
 which skips torn lines and invalid records (:class:`ProgressRecord`)."""
+
+ENV_TUNE = "GPUCTL_TUNE"
+"""``auto`` when the job spec says ``runtime: {tune: auto}``: the runtime tunes its input pipeline
+(:mod:`orchestrator.runtime.tune`); unset or ``off``: it runs with the settings the script gave."""
 
 PROGRESS_LINE_PREFIX = "gpuctl-progress "
 """On Kubernetes the monitor sidecar follows the progress file (``--progress-file``) and prints its
@@ -112,6 +123,7 @@ def training_env(
     node_id: str | None = None,
     notice_file: str | None = None,
     notice_signal: str = DEFAULT_NOTICE_SIGNAL.name,
+    tune: str | None = None,
 ) -> dict[str, str]:
     """The contract's variables for one node: the one builder every backend uses (local processes,
     the SLURM batch script, Kubernetes pods). Unknown values are left out (SLURM's script computes the
@@ -130,6 +142,7 @@ def training_env(
         ENV_CHECKPOINT_EVERY_STEPS: every_steps,
         ENV_CHECKPOINT_EVERY_SECONDS: None if every_seconds is None else f"{every_seconds:g}",
         ENV_GLOBAL_BATCH: global_batch,
+        ENV_TUNE: tune,
     }
     env.update({name: str(value) for name, value in optional.items() if value is not None})
     return env

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.contract.fields import (
+    MAX_COUNT,
     MAX_SECONDS,
     BadRecord,
     aware_time,
@@ -28,6 +29,25 @@ from orchestrator.contract.fields import (
 )
 
 MAX_WORLD_SIZE = 1 << 20
+MAX_TUNE_SETTINGS = 32
+"""Most entries a ``tune`` record's ``settings`` may hold."""
+MAX_SETTING_TEXT = 200
+"""Longest setting name or string value taken."""
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    """What the runtime's input-pipeline tuning (``runtime: {tune: auto}``) measured and kept: the mean
+    step time before and after, and the loader settings it runs on with (such as ``num_workers``)."""
+
+    before_step_s: float
+    after_step_s: float
+    settings: Mapping[str, str | int | bool] = field(default_factory=dict)
+
+    @property
+    def speedup(self) -> float | None:
+        """``before / after`` (how many times faster the steps run); None for a zero after-time."""
+        return self.before_step_s / self.after_step_s if self.after_step_s > 0 else None
 
 
 @dataclass(frozen=True)
@@ -46,6 +66,13 @@ class ProgressRecord:
     """The metrics that are numbers (others, such as the nulls the runtime writes for NaN, are left out)."""
     data_s: float | None = None
     compute_s: float | None = None
+    tune: TuneResult | None = None
+    """Present on the record the runtime writes when tuning ends (JSON key ``tune``)."""
+    data_wait_share: float | None = None
+    """On ``tuned`` / ``tune_unchanged`` records: the share of step time the baseline waited on data."""
+    gpu_memory_headroom_share: float | None = None
+    """On ``tuned`` / ``tune_unchanged`` records: the share of the GPU's memory the process never
+    reserved (None: no CUDA, not measured)."""
     fields: Mapping[str, Any] = field(default_factory=dict)
     """The record as written, whole numbers as ints: strict JSON (every number in it is finite)."""
 
@@ -74,8 +101,53 @@ def progress_record(record: Mapping[str, Any]) -> ProgressRecord:
         metrics=_metrics(metrics or {}),
         data_s=real(record, "data_s", 0.0, MAX_SECONDS),
         compute_s=real(record, "compute_s", 0.0, MAX_SECONDS),
+        tune=_tune(record.get("tune")),
+        data_wait_share=real(record, "data_wait_share", 0.0, 1.0),
+        gpu_memory_headroom_share=real(record, "gpu_memory_headroom_share", 0.0, 1.0),
         fields={**record, **{k: v for k, v in counts.items() if v is not None}},
     )
+
+
+def _tune(value: Any) -> TuneResult | None:
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise BadRecord("tune must be an object")
+    return TuneResult(_seconds(value, "before_step_s"), _seconds(value, "after_step_s"),
+                      _settings(value.get("settings")))  # fmt: skip
+
+
+def _seconds(tune: Mapping[str, Any], key: str) -> float:
+    try:
+        number = real(tune, key, 0.0, MAX_SECONDS, required=True)
+    except BadRecord as bad:
+        raise BadRecord(f"tune.{bad}") from None
+    return 0.0 if number is None else number
+
+
+def _settings(value: Any) -> dict[str, str | int | bool]:
+    problem = (
+        f"tune.settings must be an object of at most {MAX_TUNE_SETTINGS} names (up to "
+        f"{MAX_SETTING_TEXT} characters) whose values are strings (as long), whole numbers or booleans"
+    )
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping) or len(value) > MAX_TUNE_SETTINGS:
+        raise BadRecord(problem)
+    settings: dict[str, str | int | bool] = {}
+    for name, setting in value.items():
+        if not isinstance(name, str) or len(name) > MAX_SETTING_TEXT or not _setting_ok(setting):
+            raise BadRecord(problem)
+        settings[name] = setting
+    return settings
+
+
+def _setting_ok(value: Any) -> bool:
+    if isinstance(value, bool):
+        return True
+    if isinstance(value, int):
+        return -MAX_COUNT <= value <= MAX_COUNT
+    return isinstance(value, str) and len(value) <= MAX_SETTING_TEXT
 
 
 def _metrics(values: Mapping[str, Any]) -> dict[str, float]:

@@ -5,7 +5,8 @@ Sections: a summary (with a banner when costs are simulated, and notes such as h
 measured); charts of cost over time stacked by the report's grouping, spot savings over time, spend by
 market, each monthly budget's burn with its budget line, GPU utilization of the measured jobs and
 their efficiency against cost (jobs whose GPU use was not measured are left out, and the charts say
-how many); the report table; and each job's attempts and segments.
+how many), avoidable spend by the grouping; the report table (with its avoidable column); the top
+fixes priced in USD; and each job's attempts and segments.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from html import escape
 
 from orchestrator.costs import charts
 from orchestrator.costs.ledger import JobCost
-from orchestrator.costs.render import NOT_MEASURED, TABLE_HEADERS, table_cells
+from orchestrator.costs.render import FIX_HEADERS, NOT_MEASURED, TABLE_HEADERS, fix_cells, table_cells
 from orchestrator.costs.report import SIMULATED_NOTE, BudgetBurn, Report
 
 MAX_JOB_DETAILS = 200
@@ -62,6 +63,29 @@ def savings_over_time_svg(report: Report) -> str:
 
 def market_split_svg(report: Report) -> str:
     return charts.hbars_svg("market-split", "Spend by market (USD)", list(report.markets.items()))
+
+
+def avoidable_svg(report: Report, limit: int = 8) -> str:
+    """Avoidable spend by the report's grouping (the measured rows; the chart says how many were not)."""
+    measured = [(r.name, r.avoidable_usd) for r in report.rows if r.avoidable is not None]
+    items = sorted(measured, key=lambda kv: -kv[1])[:limit]
+    missing = len(report.rows) - len(measured)
+    note = f" ({missing} not measured)" if missing else ""
+    return charts.hbars_svg(
+        "avoidable", f"Avoidable spend by {report.by.value} (USD, largest fix of each job){note}", items
+    )
+
+
+def _fixes_html(report: Report) -> str:
+    """The top fixes on one list: the input pipeline, GPU use and right-size, by what they save."""
+    if not report.top_fixes:
+        return "<h2>Top fixes</h2><p class='note'>No priced fix: nothing measured found avoidable spend.</p>"
+    head = "".join(f"<th>{escape(h)}</th>" for h in FIX_HEADERS)
+    body = "".join("<tr>" + "".join(_cell(c) for c in fix_cells(f)) + "</tr>" for f in report.top_fixes)
+    return (
+        f"<h2>Top fixes</h2><div class='scroll'><table class='report fixes'><thead><tr>{head}</tr></thead>"
+        f"<tbody>{body}</tbody></table></div>"
+    )
 
 
 def budget_svg(burn: BudgetBurn) -> str:
@@ -234,6 +258,7 @@ def _charts(report: Report) -> str:
         savings_over_time_svg(report),
         market_split_svg(report),
         *(budget_svg(burn) for burn in report.budgets),
+        avoidable_svg(report),
         utilization_histogram_svg(report),
         efficiency_vs_cost_svg(report),
     ]
@@ -265,6 +290,6 @@ def to_html(report: Report) -> str:
         f"<title>gpuctl cost report {escape(start)} to {escape(end)}</title><style>{STYLE}</style></head>"
         f"<body><h1>GPU cost report by {escape(report.by.value)}</h1>{_banner(report)}"
         f"<p class='summary'>{escape(start)} to {escape(end)}: {escape(summary)}</p>{notes}"
-        f"{_charts(report)}<h2>By {escape(report.by.value)}</h2>{_table_html(report)}"
+        f"{_charts(report)}<h2>By {escape(report.by.value)}</h2>{_table_html(report)}{_fixes_html(report)}"
         f"{attempts_html(report)}</body></html>\n"
     )

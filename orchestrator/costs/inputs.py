@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from orchestrator.contract.fields import require_finite
+from orchestrator.costs.avoidable import JobFixes, Tuned
 from orchestrator.costs.ledger import LostWork
 from orchestrator.costs.projection import costs_to_finish
 from orchestrator.errors import UserError
@@ -21,6 +22,7 @@ from orchestrator.state.records import JobRecord, SegmentRecord
 from orchestrator.state.status import FailureReason, JobStatus
 from orchestrator.state.store import JobStore
 from orchestrator.state.usage import UsageStore
+from orchestrator.times import parse_iso
 from orchestrator.userfiles import MAX_DATA_BYTES, read_text
 
 
@@ -43,6 +45,11 @@ class ReportInputs:
     measured: dict[str, float] | None = None
     """Job id -> GPU-hours the monitor windows cover (with ``idle``: a job in neither was not
     measured). ``None`` with ``idle`` set: an export written before these were kept."""
+    fixes: dict[str, JobFixes] | None = None
+    """Job id -> its diagnosis fixes (:mod:`orchestrator.costs.avoidable`): the avoidable column and the
+    top fixes; a job not in it was not diagnosed ("not measured"); ``None``: not computed at all."""
+    tuned: dict[str, list[Tuned]] = field(default_factory=dict)
+    """Job id -> its ``tune`` records (``tune: auto``), for the saving the report credits."""
 
 
 def read_ledger(source: LedgerSource, since: datetime | None = None) -> ReportInputs:
@@ -89,12 +96,15 @@ def inputs_to_json(inputs: ReportInputs) -> str:
             "measured_gpu_hours": inputs.measured,
             "lost_work": {k: asdict(v) for k, v in inputs.lost.items()},
             "cost_to_finish_usd": inputs.to_finish,
+            "avoidable": None if inputs.fixes is None else {k: v.to_dict() for k, v in inputs.fixes.items()},
+            "tuned": {k: [[t.at.isoformat(), t.before_step_s, t.after_step_s] for t in v]
+                      for k, v in inputs.tuned.items()},
         }
-    )
+    )  # fmt: skip
 
 
 def _time(value: Any) -> datetime | None:
-    return None if value is None else datetime.fromisoformat(str(value))
+    return None if value is None else parse_iso(str(value))
 
 
 def _job(row: dict[str, Any]) -> JobRecord:
@@ -127,12 +137,26 @@ def inputs_from_json(text: str, source: str = "ledger export") -> ReportInputs:
             lost={str(k): LostWork(**v) for k, v in (doc.get("lost_work") or {}).items()},
             to_finish={str(k): float(v) for k, v in (doc.get("cost_to_finish_usd") or {}).items()},
             measured={str(k): float(v) for k, v in measured.items()} if measured is not None else None,
+            fixes=_fixes(doc.get("avoidable")),
+            tuned={str(k): [_tuned(t) for t in v] for k, v in (doc.get("tuned") or {}).items()},
         )
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError, OverflowError) as exc:
         raise UserError(
             f"{source}: not a gpuctl ledger export ({type(exc).__name__}: {exc})",
             "give a file written by gpuctl (keys: jobs, segments, idle_gpu_hours, measured_gpu_hours, lost_work)",
         ) from exc
+
+
+def _fixes(found: Any) -> dict[str, JobFixes] | None:
+    return None if found is None else {str(k): JobFixes.from_dict(v) for k, v in found.items()}
+
+
+def _tuned(row: Any) -> Tuned:
+    at, before, after = row
+    moment = datetime.fromisoformat(str(at))
+    if moment.tzinfo is None:
+        raise ValueError(f"tune time {at!r} has no UTC offset")
+    return Tuned(moment, float(before), float(after))
 
 
 def read_inputs_file(path: Path | str) -> ReportInputs:

@@ -7,23 +7,30 @@ computed twice. Their cost uses the measured time per step (median of step-to-st
 from __future__ import annotations
 
 import statistics
+from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
 
-from orchestrator.contract import read_progress_records
+from orchestrator.contract import ProgressRecord, read_progress_records
 from orchestrator.costs.ledger import LostWork
 
 RESUME_EVENT = "resumed"
 
 
 def lost_work_from_progress(path: Path) -> LostWork | None:
+    """The work lost of the progress file at ``path`` (None when there is none)."""
     if not path.is_file():
         return None
+    return lost_work(read_progress_records(path))
+
+
+def lost_work(records: Iterable[ProgressRecord]) -> LostWork:
+    """The work lost of a progress file's records."""
     reached = 0
     lost = 0
     step_times: list[tuple[int, datetime]] = []
     gaps: list[float] = []
-    for record in read_progress_records(path):
+    for record in records:
         if record.event == RESUME_EVENT:
             resumed = record.step or 0
             lost += max(0, reached - resumed)

@@ -7,6 +7,9 @@ JSON and CSV field names follow OpenCost's allocation API where they overlap (``
 GPU use that was not measured is never shown as measured: ``measuredGpuHours`` says how many of a
 row's GPU-hours the monitors measured, ``idleGpuHours``, ``idleCost`` and ``gpuEfficiency`` are null
 (empty in CSV, "not measured" in the table) when none was, and efficiency counts measured GPU-hours only.
+``avoidableCost`` (what the diagnosis fixes could have saved, :mod:`orchestrator.costs.avoidable`) is
+null / "not measured" likewise when no job of the row had step timings or GPU data; ``topFixes`` (JSON)
+and :func:`top_fixes_table` list the fixes that save the most.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
+from orchestrator.costs.avoidable import PricedFix
 from orchestrator.costs.report import SUMMED, Report, ReportRow
 from orchestrator.terminal import terminal_text
 
@@ -40,6 +44,9 @@ COLUMNS = [
     "lostGpuHours",
     "lostCost",
     "projectedCost",
+    "avoidableCost",
+    "tuningSavings",
+    "topFix",
 ]
 
 
@@ -61,6 +68,25 @@ def row_fields(row: ReportRow) -> dict[str, Any]:
         "lostGpuHours": row.lost_gpu_hours,
         "lostCost": row.lost_cost_usd,
         "projectedCost": row.projected_usd,
+        "avoidableCost": row.avoidable,
+        "tuningSavings": row.tuned_usd,
+        "topFix": row.top_fix,
+    }
+
+
+def fix_fields(fix: PricedFix) -> dict[str, Any]:
+    """One of the report's top fixes (``remainingCost``: over the job's remaining work at its current
+    price, null when not known; ``windowCost``: over its spend in the report's window)."""
+    return {
+        "job": fix.job_id,
+        "team": fix.team,
+        "finding": fix.fix.code,
+        "fix": fix.fix.fix,
+        "share": fix.fix.share,
+        "bound": fix.fix.basis,
+        "remainingCost": fix.remaining_usd,
+        "windowCost": fix.month_usd,
+        "counted": fix.fix.counted,
     }
 
 
@@ -72,6 +98,7 @@ def to_json(report: Report) -> str:
         "currency": "USD",
         "rows": [row_fields(r) for r in report.rows],
         "totals": row_fields(report.totals),
+        "topFixes": [fix_fields(f) for f in report.top_fixes],
         "notes": report.notes,
     }
     return json.dumps(doc, indent=2)
@@ -170,6 +197,7 @@ def table_cells(row: ReportRow) -> list[str]:
         _share(row),
         _num(f["lostGpuHours"]),
         _usd(f["lostCost"]),
+        NOT_MEASURED if f["avoidableCost"] is None else _usd(f["avoidableCost"]),
     ]
 
 
@@ -187,6 +215,7 @@ TABLE_HEADERS = [
     "Measured",
     "Lost GPU-h",
     "Lost cost",
+    "Avoidable",
 ]
 
 
@@ -202,7 +231,9 @@ def to_table(report: Report, limit: int | None = TABLE_ROWS) -> Table:
     headers = [*TABLE_HEADERS]
     headers[0] = report.by.value
     for i, header in enumerate(headers):
-        table.add_column(header, footer=Text(totals[i]), justify="left" if i == 0 else "right")
+        table.add_column(
+            header, footer=Text(totals[i]), justify="left" if i == 0 else "right", no_wrap=i == 0
+        )
     shown = report.rows if limit is None or len(report.rows) <= limit else report.rows[:limit]
     for row in shown:
         table.add_row(*map(Text, table_cells(row)))  # Text: a user or team name is never markup
@@ -216,4 +247,32 @@ def to_table(report: Report, limit: int | None = TABLE_ROWS) -> Table:
         table.add_row(*map(Text, table_cells(other)), style="dim")
     if report.notes:
         table.caption = Text(terminal_text("; ".join(report.notes)), style="table.caption")
+    return table
+
+
+FIX_HEADERS = ["Job", "Team", "Finding", "Remaining work", "In window", "Fix (bound)"]
+
+
+def fix_cells(fix: PricedFix) -> list[str]:
+    """A top fix as table cells (terminal-safe)."""
+    return [
+        terminal_text(fix.job_id),
+        terminal_text(fix.team),
+        fix.fix.code,
+        _usd(fix.remaining_usd),
+        _usd(fix.month_usd),
+        terminal_text(f"{fix.fix.fix} ({fix.fix.basis})"),
+    ]
+
+
+def top_fixes_table(report: Report) -> Table | None:
+    """The fixes that save the most, one list for every kind (input pipeline, GPU use, right-size);
+    None when the report has none."""
+    if not report.top_fixes:
+        return None
+    table = Table(title="Top fixes by avoidable spend (USD)")
+    for i, header in enumerate(FIX_HEADERS):
+        table.add_column(header, justify="right" if i in (3, 4) else "left")
+    for fix in report.top_fixes:
+        table.add_row(*map(Text, fix_cells(fix)))
     return table

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
 
+from orchestrator.costs.avoidable import JobFixes, PricedFix, Tuned, price, saved_by_tuning
 from orchestrator.costs.budgets import CostConfig, month_window
 from orchestrator.costs.charts import TIME_STEPS, floor_to
 from orchestrator.costs.inputs import ReportInputs
@@ -22,6 +23,7 @@ from orchestrator.costs.ledger import JobCost, LostWork, SegmentCost, Window, jo
 from orchestrator.errors import UserError
 from orchestrator.spec.durations import parse_duration
 from orchestrator.state.records import JobRecord, SegmentRecord
+from orchestrator.times import parse_iso
 
 MAX_SERIES = 8
 """Groups drawn separately in the cost-over-time chart; the rest are summed as ``other``."""
@@ -51,6 +53,25 @@ class ReportRow:
     lost_cost_usd: float = 0.0
     to_finish_usd: float = 0.0
     """What the group's running jobs will still cost at their current market (forecast)."""
+    avoidable_usd: float = 0.0
+    """Spend the diagnosed jobs' fixes could have saved (each job's largest fix; see costs/avoidable.py)."""
+    diagnosed_cost_usd: float = 0.0
+    """The spend of jobs whose step timings or GPU use were measured (the avoidable column's basis)."""
+    tuned_usd: float = 0.0
+    """What the runtime's ``tune: auto`` saved (the spend at the step time before tuning minus the cost)."""
+    fix_usd: dict[str, float] = field(default_factory=dict)
+    """``CODE: FIX`` -> what it saves of the row's spend (each job's largest counted fix)."""
+
+    @property
+    def top_fix(self) -> str | None:
+        """The fix that saves the most of the row's spend (``CODE: FIX``); None when none saves anything."""
+        found = [(usd, fix) for fix, usd in self.fix_usd.items() if usd > 0]
+        return max(found)[1] if found else None
+
+    @property
+    def avoidable(self) -> float | None:
+        """Avoidable USD; ``None`` when no job of the row was measured ("not measured", never 0)."""
+        return self.avoidable_usd if self.diagnosed_cost_usd > 0 else None
 
     @property
     def projected_usd(self) -> float:
@@ -86,6 +107,9 @@ SUMMED = (
     "lost_gpu_hours",
     "lost_cost_usd",
     "to_finish_usd",
+    "avoidable_usd",
+    "diagnosed_cost_usd",
+    "tuned_usd",
 )
 """The :class:`ReportRow` fields that add up across rows."""
 
@@ -126,6 +150,8 @@ class Report:
     """Spend by market (``spot``, ``on-demand``), largest first."""
     budgets: list[BudgetBurn] = field(default_factory=list)
     """The configured monthly budgets' burn (empty when no budgets are configured)."""
+    top_fixes: list[PricedFix] = field(default_factory=list)
+    """The fixes that save the most, priced over the window's spend and the remaining work, largest first."""
 
     @property
     def simulated(self) -> bool:
@@ -147,12 +173,11 @@ def parse_since(text: str, now: datetime) -> Window:
 def _parse_time(text: str) -> datetime:
     s = text.strip()
     try:
-        moment = datetime.fromisoformat(s.replace("Z", "+00:00"))
+        return parse_iso(s)
     except ValueError as exc:
         raise UserError(
             f"--window: {s!r} is not a date or time", "use ISO 8601, e.g. 2026-03-01,2026-03-08T12:00"
         ) from exc
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def parse_window(text: str) -> Window:
@@ -198,6 +223,58 @@ def _group_key(by: GroupBy) -> Callable[[JobCost, SegmentRecord], str]:
         GroupBy.MARKET: lambda j, s: s.market,
     }
     return keys[by]
+
+
+@dataclass(frozen=True)
+class _JobExtras:
+    """A job's avoidable share of spend (None: not measured) and its tuning saving in the window."""
+
+    avoidable_share: float | None
+    tuned_usd: float
+    top: str | None = None
+    """The job's largest counted fix (``CODE: FIX``), None when none saves anything."""
+
+
+def _job_extras(
+    job: JobCost, fixes: JobFixes | None, tuned: Sequence[Tuned], now: datetime, window: Window
+) -> _JobExtras:
+    share = None if fixes is None else fixes.avoidable_share
+    saved = saved_by_tuning(tuned, [p.segment for p in job.parts], now, window) if tuned else None
+    counted = [f for f in (fixes.fixes if fixes is not None else ()) if f.share and f.counted]
+    top = max(counted, key=lambda f: ((f.share or 0.0) * f.coverage, f.code), default=None)
+    return _JobExtras(share, saved or 0.0, None if top is None else f"{top.code}: {top.fix}")
+
+
+def _add_extras(row: ReportRow, job: JobCost, part: SegmentCost, extras: _JobExtras) -> None:
+    if extras.avoidable_share is not None:
+        row.avoidable_usd += extras.avoidable_share * part.cost_usd
+        row.diagnosed_cost_usd += part.cost_usd
+        if extras.top is not None:
+            row.fix_usd[extras.top] = (
+                row.fix_usd.get(extras.top, 0.0) + extras.avoidable_share * part.cost_usd
+            )
+    if job.cost_usd > 0:
+        row.tuned_usd += extras.tuned_usd * part.cost_usd / job.cost_usd
+
+
+TOP_FIXES = 10
+
+
+def top_fixes(
+    costs: Iterable[JobCost],
+    fixes: Mapping[str, JobFixes],
+    to_finish: Mapping[str, float],
+    limit: int = TOP_FIXES,
+) -> list[PricedFix]:
+    """The fixes that save the most, over each job's spend in the window and its remaining work."""
+    found = []
+    for jc in costs:
+        known = fixes.get(jc.job_id)
+        if known is None or not known.known:
+            continue
+        priced = price(jc.job_id, jc.team, known, jc.cost_usd, to_finish.get(jc.job_id))
+        found += [p for p in priced.priced if p.fix.share and p.ranking_usd > 0]
+    return sorted(found, key=lambda p: (-p.ranking_usd, p.job_id, p.fix.code))[:limit]
 
 
 def _add_share(row: ReportRow, job: JobCost, part: SegmentCost) -> None:
@@ -361,11 +438,14 @@ def build_report(
     to_finish: Mapping[str, float] | None = None,
     measured: Mapping[str, float] | None = None,
     budgets: CostConfig | None = None,
+    fixes: Mapping[str, JobFixes] | None = None,
+    tuned: Mapping[str, Sequence[Tuned]] | None = None,
 ) -> Report:
     """Group the ledger of ``window`` (all time when ``None``) by ``by``; rows sorted by cost.
     ``to_finish``: running job id -> forecast USD to finish, added to the row of its open segment.
     ``idle``/``measured``: job id -> idle and measured GPU-hours (:func:`job_costs`); ``budgets``:
-    the controller config, for each monthly budget's burn."""
+    the controller config, for each monthly budget's burn; ``fixes``: job id -> its diagnosis fixes
+    (the avoidable column; ``None``: not computed); ``tuned``: job id -> its ``tune`` records."""
     group = GroupBy(by)
     job_list, seg_list = list(jobs), list(segments)
     win = window or default_window(seg_list, now)
@@ -375,10 +455,12 @@ def build_report(
     members: dict[str, set[str]] = defaultdict(set)
     buckets = _Buckets(win, data_span(seg_list, win, now))
     for jc in costs:
+        extras = _job_extras(jc, (fixes or {}).get(jc.job_id), (tuned or {}).get(jc.job_id, ()), now, win)
         for part in jc.parts:
             key = key_of(jc, part.segment)
             row = rows.setdefault(key, ReportRow(key))
             _add_share(row, jc, part)
+            _add_extras(row, jc, part, extras)
             if part.segment.ended_at is None and to_finish:
                 row.to_finish_usd += to_finish.get(jc.job_id, 0.0)
             members[key].add(jc.job_id)
@@ -389,10 +471,13 @@ def build_report(
         row.jobs = len(members[row.name])
         for name in SUMMED:
             setattr(totals, name, getattr(totals, name) + getattr(row, name))
+        for fix, usd in row.fix_usd.items():
+            totals.fix_usd[fix] = totals.fix_usd.get(fix, 0.0) + usd
     series = buckets.series([r.name for r in ordered])
     burns = budget_burns(budgets, job_list, seg_list, now)
+    found = top_fixes(costs, fixes or {}, to_finish or {})
     return Report(
-        win, group, now, ordered, totals, costs, series, _notes(costs, totals), _markets(costs), burns
+        win, group, now, ordered, totals, costs, series, _notes(costs, totals), _markets(costs), burns, found
     )
 
 
@@ -406,5 +491,5 @@ def build_report_from(
     """:func:`build_report` over everything a :class:`~orchestrator.costs.inputs.ReportInputs` holds."""
     return build_report(
         inputs.jobs, inputs.segments, now, window, by, inputs.idle, inputs.lost, inputs.to_finish,
-        inputs.measured, budgets,
+        inputs.measured, budgets, inputs.fixes, inputs.tuned,
     )  # fmt: skip

@@ -28,6 +28,7 @@ from orchestrator.dashboard.budget_burn import budget_burns
 from orchestrator.dashboard.logs import LogTail, tail_file
 from orchestrator.dashboard.views import bucket_text
 from orchestrator.errors import GpuctlError
+from orchestrator.state.job_dir import JobDir, job_dir_path
 from orchestrator.state.row_check import DamagedRow
 from orchestrator.state.store import JobStore
 from orchestrator.state.usage import UsageStore
@@ -47,7 +48,7 @@ def job_documents(store: JobStore) -> list[dict[str, Any]]:
     docs = []
     for job in store.list_jobs():
         try:
-            docs.append(job_document(store, job.id))
+            docs.append(jobs_cmd.job_document(store, job.id))
         except DamagedRow:
             continue
     return docs
@@ -55,7 +56,7 @@ def job_documents(store: JobStore) -> list[dict[str, Any]]:
 
 def job_document(store: JobStore, job_id: str) -> dict[str, Any]:
     """``gpuctl status JOB -o json``, by the CLI's own function."""
-    return jobs_cmd.job_document(store, store.job(job_id).id)
+    return jobs_cmd.job_status(store, store.job(job_id).id)
 
 
 def _thin(points: list[list[float]]) -> list[list[float]]:
@@ -68,7 +69,7 @@ def _thin(points: list[list[float]]) -> list[list[float]]:
 def progress_points(job_dir: Path) -> list[list[float]]:
     """[time (epoch seconds), step, steps per second since the previous point or None] of the job's
     step records, oldest first."""
-    records = read_progress_records(job_dir / "progress.jsonl", tail_bytes=PROGRESS_TAIL_BYTES)
+    records = read_progress_records(JobDir(job_dir).progress, tail_bytes=PROGRESS_TAIL_BYTES)
     steps = [
         [r.time.timestamp(), float(r.step)]
         for r in records
@@ -120,7 +121,7 @@ def events(store: JobStore, job_id: str) -> list[dict[str, str]]:
 def job_detail(store: JobStore, job_id: str) -> dict[str, Any]:
     """Everything the job page shows; ``status`` is ``gpuctl status JOB -o json``."""
     doc = job_document(store, job_id)
-    job_dir = store.home / "jobs" / doc["id"]
+    job_dir = job_dir_path(store.home, doc["id"])
     return {
         "status": doc,
         "events": events(store, doc["id"]),

@@ -14,7 +14,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator.contract import UNAVAILABLE_KIND, monitor_unavailable, read_progress_records, summary_record
+from orchestrator.contract import (
+    UNAVAILABLE_KIND,
+    ProgressRecord,
+    monitor_unavailable,
+    read_progress_records,
+    summary_record,
+)
 from orchestrator.contract.fields import MAX_SECONDS
 from orchestrator.errors import NotFoundError, UserError
 from orchestrator.monitor.summary import read_summaries
@@ -50,15 +56,48 @@ class GpuCandidate:
 
 
 @dataclass(frozen=True)
+class Bound:
+    """What a finding costs, as an upper bound with how it was computed.
+
+    ``share``: the largest share of the job's GPU spend the fix could save (0 to 1): the same work in
+    ``1 - share`` of the time (``speedup`` = 1 / (1 - share) times the throughput) or at ``1 - share``
+    of the price. ``None``: the finding has a cost nobody measured (``basis`` says why)."""
+
+    share: float | None
+    basis: str
+
+    @property
+    def speedup(self) -> float | None:
+        """At most this many times the throughput once fixed (None when not priced or a price bound)."""
+        if self.share is None or self.share >= 1.0:
+            return None
+        return 1.0 / (1.0 - self.share)
+
+
+@dataclass(frozen=True)
 class Finding:
     code: str
     severity: str  # "info", "warning" or "critical"
     message: str
     evidence: dict[str, Any] = field(default_factory=dict)
     fix: str = ""
+    bound: Bound | None = None
+    """What the finding costs (None: it costs no throughput, such as memory pressure, a risk)."""
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        if self.bound is not None:
+            data["bound"]["speedup"] = self.bound.speedup
+        return data
+
+
+def time_bound(share: float, what: str) -> Bound:
+    """A throughput bound: ``share`` of the GPU time buys nothing, so the job runs at most
+    1 / (1 - share) times faster once it is fixed, and the same work costs ``share`` less."""
+    share = min(max(share, 0.0), 0.99)
+    return Bound(
+        round(share, 4), f"{what}: at most 1/(1-{share:.2f}) = {1 / (1 - share):.2f}x the throughput"
+    )
 
 
 @dataclass(frozen=True)
@@ -138,6 +177,7 @@ def diagnose_steps(steps: Sequence[StepTiming], t: Thresholds = Thresholds()) ->
             },
             "raise DataLoader num_workers, enable pin_memory and persistent_workers, prefetch, "
             "or move decoding/augmentation off the training loop",
+            time_bound(fraction, f"steps wait {pct(fraction)} on data; once loading keeps up"),
         )
     ]
 
@@ -160,6 +200,10 @@ def diagnose_usage(
                 f"GPU utilization averaged {usage.util_mean_pct:.0f} % (under {t.low_util_pct:.0f} %)",
                 {"util_mean_pct": round(usage.util_mean_pct, 1), "util_p95_pct": usage.util_p95_pct},
                 "check for input stalls, host-side work or synchronization in the step; raise the batch size",
+                time_bound(
+                    1 - usage.util_mean_pct / 100,
+                    f"GPUs busy {usage.util_mean_pct:.0f} % of the time; kept busy all the time",
+                ),
             )
         )
     if mem_fraction > t.high_memory_fraction:
@@ -172,6 +216,7 @@ def diagnose_usage(
                 {"mem_max_gib": round(usage.mem_max_bytes / GIB, 2), "mem_total_gib": round(total_gib, 2)},
                 "lower the per-GPU batch (keep the global batch with gradient accumulation), use activation "
                 "checkpointing or mixed precision",
+                Bound(0.0, "a risk of running out of memory, no throughput lost yet"),
             )
         )
     if usage.sm_activity_mean is not None and usage.sm_activity_mean < t.low_sm_activity:
@@ -183,6 +228,10 @@ def diagnose_usage(
                 "the GPU is used ineffectively",
                 {"sm_activity_mean": round(usage.sm_activity_mean, 3)},
                 "use larger batches or fused kernels (torch.compile), and avoid many small kernel launches",
+                time_bound(
+                    1 - usage.sm_activity_mean,
+                    f"SMs active {usage.sm_activity_mean:.2f} of the time; with every SM kept active",
+                ),
             )
         )
     gpu_seconds = usage.seconds * usage.gpus
@@ -197,6 +246,7 @@ def diagnose_usage(
                 {"idle_fraction": round(idle, 4), "idle_gpu_seconds": round(usage.idle_seconds, 1)},
                 "use fewer GPUs, make sure every rank gets work, "
                 "or stop the job when it waits on something else",
+                time_bound(idle, f"{pct(idle)} of the GPU-seconds at 0 % utilization; without them"),
             )
         )
     if usage.throttled_fraction > t.throttled_fraction:
@@ -207,6 +257,11 @@ def diagnose_usage(
                 f"clocks slowed by power or thermal limits in {pct(usage.throttled_fraction)} of samples",
                 {"throttled_fraction": round(usage.throttled_fraction, 4)},
                 "check cooling and power capping on the host; report the node to the provider if it persists",
+                time_bound(
+                    usage.throttled_fraction,
+                    f"clocks slowed in {pct(usage.throttled_fraction)} of samples (counted as no work); "
+                    "at full clocks",
+                ),
             )
         )
     if mem_fraction < t.oversized_memory_fraction and usage.util_mean_pct < t.low_util_pct and total_gib > 0:
@@ -241,11 +296,18 @@ def _oversized(
     if fits:
         evidence["candidates"] = [asdict(c) for c in fits[:3]]
         message = f"{head}: a smaller GPU ({names}) would do"
-        fix = f"move to {fits[0].gpu_type} (~{1 - fits[0].relative_price:.0%} cheaper per GPU-hour)"
+        saved = 1 - fits[0].relative_price
+        fix = f"move to {fits[0].gpu_type} (~{saved:.0%} cheaper per GPU-hour)"
+        bound = Bound(
+            round(saved, 4),
+            f"{fits[0].gpu_type} costs {fits[0].relative_price:.2f}x per GPU-hour and holds the peak memory; "
+            f"at most {saved:.0%} of the spend, if it keeps pace (utilization is {usage.util_mean_pct:.0f} %)",
+        )
     else:
         message = f"{head}: a smaller GPU with at least {need_gib:.0f} GiB would do"
         fix = f"choose a GPU type with >= {need_gib:.0f} GiB memory, or set right-size to recommend"
-    return Finding("oversized-gpu", "info", message, evidence, fix)
+        bound = Bound(None, "no cheaper GPU type known (give --gpu-type to price one from the catalog)")
+    return Finding("oversized-gpu", "info", message, evidence, fix, bound)
 
 
 NOT_MEASURED_CODE = "gpu-not-measured"
@@ -262,6 +324,7 @@ def not_measured(why: str | None = None) -> Finding:
         {"windows": 0},
         "run the job on nodes with an NVIDIA driver (NVML) and the GPU monitor on, "
         "or give --summaries a monitor summary file",
+        Bound(None, "not measured: GPU use was not measured, so what it costs is not known"),
     )
 
 
@@ -272,15 +335,22 @@ def diagnose(
     candidates: Iterable[GpuCandidate] = (),
     thresholds: Thresholds = Thresholds(),
     unmeasured_reason: str | None = None,
+    gpu_type: str | None = None,
+    tuned_headroom: float | None = None,
 ) -> list[Finding]:
     """Every rule; when no window measured a GPU, a :func:`not_measured` finding instead of the GPU
-    rules (``unmeasured_reason``: why, from the monitor's ``unavailable`` record)."""
+    rules (``unmeasured_reason``: why, from the monitor's ``unavailable`` record). Then the
+    recommendations of :mod:`orchestrator.monitor.recommend` (``gpu_type``: the job's, for mixed
+    precision; ``tuned_headroom``: the GPU memory headroom of the runtime's last ``tune`` record)."""
+    from orchestrator.monitor.recommend import recommendations
+
     findings = diagnose_steps(steps, thresholds)
     usage = combine_windows(windows)
     if usage is not None:
         findings += diagnose_usage(usage, thresholds, gpu_memory_gib, candidates)
     else:
         findings.append(not_measured(unmeasured_reason))
+    findings += recommendations(usage, steps, thresholds, gpu_type, windows, gpu_memory_gib, tuned_headroom)
     order = {"critical": 0, "warning": 1, "info": 2}
     return sorted(findings, key=lambda f: order.get(f.severity, 3))
 
@@ -306,8 +376,13 @@ def unavailable_reason(paths: Iterable[str | Path]) -> str | None:
 
 def read_step_timings(path: str | Path) -> list[StepTiming]:
     """Per-step timings from a progress file: ``data_s``/``compute_s`` at the top or under ``metrics``."""
+    return step_timings(read_progress_records(path))
+
+
+def step_timings(records: Iterable[ProgressRecord]) -> list[StepTiming]:
+    """The per-step timings of progress records (:func:`read_step_timings`)."""
     steps = []
-    for record in read_progress_records(path):
+    for record in records:
         if record.data_s is not None and record.compute_s is not None:
             steps.append(StepTiming(record.data_s, record.compute_s))
             continue
@@ -315,6 +390,14 @@ def read_step_timings(path: str | Path) -> list[StepTiming]:
         if data is not None and compute is not None and _seconds(data) and _seconds(compute):
             steps.append(StepTiming(data, compute))
     return steps
+
+
+def since_last_tune(records: Sequence[ProgressRecord]) -> tuple[list[StepTiming], float | None]:
+    """The step timings after the last ``tuned`` record (the input pipeline the job runs with now),
+    and the GPU memory headroom the runtime's last tune record measured (None: not measured)."""
+    last = max((i for i, r in enumerate(records) if r.tune is not None), default=-1)
+    room = [r.gpu_memory_headroom_share for r in records if r.gpu_memory_headroom_share is not None]
+    return step_timings(records[last + 1 :]), (room[-1] if room else None)
 
 
 def _seconds(value: float) -> bool:
@@ -327,14 +410,17 @@ def diagnose_files(
     gpu_memory_gib: float | None = None,
     candidates: Iterable[GpuCandidate] = (),
     thresholds: Thresholds = Thresholds(),
+    gpu_type: str | None = None,
 ) -> list[Finding]:
-    """Read a summary file and/or a progress file and run every rule."""
+    """Read a summary file and/or a progress file and run every rule (the steps after the runtime's
+    last ``tune`` record; ``gpu_type``: the GPU's type, else the windows' model name)."""
     if summary_path is None and progress_path is None:
         raise UserError("nothing to diagnose", "give a monitor summary file, a progress file, or both")
     for path in (summary_path, progress_path):
         if path is not None and not Path(path).is_file():
             raise NotFoundError(f"{path} does not exist", "check the path (a job folder holds both files)")
     windows = read_summaries(summary_path) if summary_path is not None else []
-    steps = read_step_timings(progress_path) if progress_path is not None else []
+    records = read_progress_records(progress_path) if progress_path is not None else []
+    steps, room = since_last_tune(records)
     why = unavailable_reason([summary_path]) if summary_path is not None else None
-    return diagnose(windows, steps, gpu_memory_gib, candidates, thresholds, why)
+    return diagnose(windows, steps, gpu_memory_gib, candidates, thresholds, why, gpu_type, room)

@@ -8,7 +8,12 @@
             events: [budget, failed, stalled]
 
 Each team's list has the form of a job spec's ``notify:`` (:mod:`orchestrator.spec.notify`); a job is
-told through both its own targets and its team's. Other sections of the file (``budgets:``,
+told through both its own targets and its team's. ``avoidable_digest`` (off by default) sends each
+team's targets a digest of its avoidable spend on a crontab schedule (UTC)::
+
+    notify:
+      avoidable_digest: {schedule: "0 8 * * 1", since: 7d}
+ Other sections of the file (``budgets:``,
 ``reports:``) are :mod:`orchestrator.costs.budgets`'.
 """
 
@@ -30,8 +35,18 @@ _TARGETS: TypeAdapter[list[NotifyTarget]] = TypeAdapter(NotifyTargets)
 
 
 @dataclass(frozen=True)
+class DigestConfig:
+    """When the avoidable-spend digest goes out (a five-field crontab line, UTC) and the span it covers."""
+
+    schedule: str
+    since: str = "7d"
+
+
+@dataclass(frozen=True)
 class NotifyConfig:
     teams: Mapping[str, tuple[NotifyTarget, ...]] = field(default_factory=dict)
+    avoidable_digest: DigestConfig | None = None
+    """None: no digest (the default)."""
 
     def targets_for(self, team: str, own: Sequence[NotifyTarget] = ()) -> tuple[NotifyTarget, ...]:
         """A job's own targets (its spec's ``notify``), then its team's."""
@@ -43,8 +58,8 @@ def parse_notify_config(text: str, source: str = CONFIG_FILE) -> NotifyConfig:
     if not isinstance(doc, Mapping):
         raise UserError(f"{source}: expected a mapping at the top", "see docs/notifications.md")
     section = doc.get("notify") or {}
-    if not isinstance(section, Mapping) or set(section) - {"teams"}:
-        raise UserError(f"{source}: 'notify' must be a mapping with one key, 'teams'",
+    if not isinstance(section, Mapping) or set(section) - {"teams", "avoidable_digest"}:
+        raise UserError(f"{source}: 'notify' must be a mapping with the keys 'teams' and 'avoidable_digest'",
                         "write it as `notify: {teams: {TEAM: [TARGET, ...]}}` (see docs/notifications.md)")  # fmt: skip
     teams = section.get("teams") or {}
     if not isinstance(teams, Mapping):
@@ -58,7 +73,21 @@ def parse_notify_config(text: str, source: str = CONFIG_FILE) -> NotifyConfig:
             raise UserError(f"{source}: {_problem(f'notify.teams.{team}', exc)}",
                             "correct that field; the targets are written as a job spec's notify: "
                             "(see docs/notifications.md)") from None  # fmt: skip
-    return NotifyConfig(parsed)
+    return NotifyConfig(parsed, _digest(section.get("avoidable_digest"), source))
+
+
+def _digest(value: Any, source: str) -> DigestConfig | None:
+    if value is None:
+        return None
+    fix = 'write it as `avoidable_digest: {schedule: "0 8 * * 1", since: 7d}` (see docs/notifications.md)'
+    if not isinstance(value, Mapping) or set(value) - {"schedule", "since"}:
+        raise UserError(f"{source}: notify.avoidable_digest must be a mapping with schedule and since", fix)
+    schedule, since = value.get("schedule"), value.get("since", "7d")
+    if not isinstance(schedule, str) or len(schedule.split()) != 5:
+        raise UserError(f"{source}: notify.avoidable_digest.schedule must be a five-field crontab line", fix)
+    if not isinstance(since, str) or not since.strip():
+        raise UserError(f"{source}: notify.avoidable_digest.since must be a duration such as 7d", fix)
+    return DigestConfig(schedule, since)
 
 
 def _problem(prefix: str, exc: ValidationError) -> str:

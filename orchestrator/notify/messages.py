@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from orchestrator.spec.market import MarketKind
 from orchestrator.spec.model import MarketMode
 from orchestrator.spec.notify import NotifyEvent, NotifyTarget
 from orchestrator.state.job_state import JobEvent, JobState
@@ -57,6 +58,7 @@ HEADLINES: dict[NotifyEvent, str] = {
     NotifyEvent.IDLE: "has idle GPUs",
     NotifyEvent.SUCCEEDED: "succeeded",
     NotifyEvent.FAILED: "failed",
+    NotifyEvent.AVOIDABLE_DIGEST: "avoidable spend",
 }
 
 
@@ -86,6 +88,8 @@ class Notification:
 
     @property
     def headline(self) -> str:
+        if self.event is NotifyEvent.AVOIDABLE_DIGEST:  # about a team, not one job
+            return f"gpuctl: team {self.team} avoidable spend"
         return f"gpuctl: job {self.job} {HEADLINES[self.event]}"
 
     def to_json(self) -> dict[str, Any]:
@@ -171,7 +175,7 @@ def _moved_to_on_demand(market_mode: MarketMode, old: JobState, new: JobState) -
         market_mode is not MarketMode.ON_DEMAND
         and new.attempt > old.attempt
         and placement is not None
-        and placement.market == "on-demand"
+        and placement.market is MarketKind.ON_DEMAND
     )
 
 

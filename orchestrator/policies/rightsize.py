@@ -40,10 +40,50 @@ class SizeOption:
 
 
 @dataclass(frozen=True)
+class RightSizeSaving:
+    """What the pick saves against staying on the current GPU type, for the same remaining work, in the
+    USD terms of every other fix (:mod:`orchestrator.costs.avoidable`)."""
+
+    current_gpu_type: str
+    current_cost_usd: float
+    """The cheapest option on the current GPU type that meets the deadline."""
+    choice_cost_usd: float
+
+    @property
+    def usd(self) -> float:
+        return max(0.0, self.current_cost_usd - self.choice_cost_usd)
+
+    @property
+    def share(self) -> float:
+        """The share of the remaining work's cost saved (0 to 1)."""
+        return self.usd / self.current_cost_usd if self.current_cost_usd > 0 else 0.0
+
+    @property
+    def basis(self) -> str:
+        return (
+            f"the same work costs {self.choice_cost_usd:.2f} USD at the measured throughput on the pick, "
+            f"{self.current_cost_usd:.2f} USD on {self.current_gpu_type}"
+        )
+
+
+@dataclass(frozen=True)
 class RightSizeChoice:
     choice: SizeOption
     reason: str
     considered: tuple[SizeOption, ...]
+    saving: RightSizeSaving | None = None
+    """Against ``current_gpu_type`` (None when not given, or no option on it meets the deadline)."""
+
+
+def saving_against(
+    choice: SizeOption, options: Sequence[SizeOption], current_gpu_type: str
+) -> RightSizeSaving | None:
+    """What ``choice`` saves against the cheapest of ``options`` on ``current_gpu_type``."""
+    same = [o for o in options if o.offer.gpu_type.lower() == current_gpu_type.lower()]
+    if not same:
+        return None
+    current = min(same, key=lambda o: o.cost_usd)
+    return RightSizeSaving(current.offer.gpu_type, current.cost_usd, choice.cost_usd)
 
 
 def _throughput(m: GpuMeasurement, gpus: int, scaling_efficiency: float) -> float:
@@ -59,8 +99,10 @@ def right_size(
     max_nodes: int = 1,
     scaling_efficiency: float = 0.9,
     offers: Iterable[Offer] | None = None,
+    current_gpu_type: str | None = None,
 ) -> RightSizeChoice:
-    """Cheapest (GPU type, instance, node count) whose memory fits and that meets the deadline."""
+    """Cheapest (GPU type, instance, node count) whose memory fits and that meets the deadline; with
+    ``current_gpu_type``, what that saves against staying on it (in the reason too)."""
     pool = list(offers) if offers is not None else None
     options: list[SizeOption] = []
     ruled_out: list[str] = []
@@ -115,6 +157,12 @@ def right_size(
         reason += f"; measured utilization is only {util:.0%}: the input pipeline may be the bottleneck"
     if measured.peak_memory_gib is None:
         reason += "; GPU memory was not measured (no monitor data), so it was not checked"
+    saving = saving_against(best, options, current_gpu_type) if current_gpu_type else None
+    if saving is not None and saving.usd > 0:
+        reason += (
+            f"; saves {saving.usd:.2f} USD ({saving.share:.0%}) of the remaining work against "
+            f"staying on {saving.current_gpu_type}"
+        )
     if ruled_out:
         reason += "; ruled out: " + "; ".join(ruled_out)
-    return RightSizeChoice(best, reason, tuple(options))
+    return RightSizeChoice(best, reason, tuple(options), saving)

@@ -12,6 +12,13 @@ A training script (run under torchrun) does::
         rt.step_done(step + 1, loss=loss, data_s=..., compute_s=...)
     rt.finish(metrics={"accuracy": acc})
 
+or lets the runtime load the batches (``runtime: {tune: auto}`` then tunes the loader)::
+
+    loader = runtime.StepLoader(train_set, sampler, rank=rank, world_size=world_size, micro_batch=32)
+    for batch in rt.batches(loader, start):
+        ...  # batch.part (RankBatch), batch.micro_batches (collated), batch.data_s
+        rt.step_done(batch.step + 1, loss=loss, data_s=batch.data_s, compute_s=...)
+
 Imports only torch, numpy, the standard library, :mod:`orchestrator.contract` and
 :mod:`orchestrator.errors` (boto3 lazily, for ``s3://`` checkpoints).
 """
@@ -22,16 +29,19 @@ extras.check("torch", "the training runtime (orchestrator.runtime)")  # one clea
 
 from orchestrator.runtime.checkpoint import CheckpointStore, Manifest, UnsafeCheckpointError  # noqa: E402
 from orchestrator.runtime.data import GlobalBatchSampler, RankBatch  # noqa: E402
+from orchestrator.runtime.loader import LoaderSettings, StepBatch, StepLoader  # noqa: E402
 from orchestrator.runtime.notice import NoticeWatcher, parse_signal  # noqa: E402
 from orchestrator.runtime.progress import ProgressFile  # noqa: E402
 from orchestrator.runtime.rng import capture_rng, restore_rng  # noqa: E402
 from orchestrator.runtime.runtime import Runtime, clone_to_cpu  # noqa: E402
 from orchestrator.runtime.storage import SLOW_WRITE_ENV, LocalStorage, S3Storage, Storage, open_storage  # noqa: E402
+from orchestrator.runtime.tune import TuneConfig  # noqa: E402
 
 __all__ = [
     "SLOW_WRITE_ENV",
     "CheckpointStore",
     "GlobalBatchSampler",
+    "LoaderSettings",
     "LocalStorage",
     "Manifest",
     "NoticeWatcher",
@@ -39,7 +49,10 @@ __all__ = [
     "RankBatch",
     "Runtime",
     "S3Storage",
+    "StepBatch",
+    "StepLoader",
     "Storage",
+    "TuneConfig",
     "UnsafeCheckpointError",
     "capture_rng",
     "clone_to_cpu",

@@ -7,6 +7,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -18,15 +19,18 @@ from orchestrator.contract import (
     ENV_CHECKPOINT_EVERY_STEPS,
     ENV_CHECKPOINT_KEEP,
     ENV_PROGRESS_FILE,
+    ENV_TUNE,
     PREEMPTED_EXIT_CODE,
 )
 from orchestrator.errors import UserError
 from orchestrator.runtime.checkpoint import CheckpointStore, check_plain
 from orchestrator.runtime.lifetime import die_with_parent, under_torchrun
+from orchestrator.runtime.loader import StepBatch, StepLoader
 from orchestrator.runtime.notice import NoticeWatcher
 from orchestrator.runtime.progress import ProgressFile
 from orchestrator.runtime.rng import capture_rng, restore_rng
 from orchestrator.runtime.storage import Storage, open_storage
+from orchestrator.runtime.tune import TuneConfig, timed_steps, tuned_steps
 
 DEFAULT_CHECKPOINT_DIR = "./checkpoints"
 DEFAULT_EVERY_SECONDS = 600.0
@@ -99,6 +103,8 @@ class Runtime:
         total_steps: int | None = None,
         notice: NoticeWatcher | None = None,
         async_write: bool = True,
+        tune: str = "off",
+        tune_config: TuneConfig | None = None,
     ) -> None:
         self.model = model
         self.optimizer = optimizer
@@ -112,6 +118,13 @@ class Runtime:
         self.every_seconds = every_seconds
         self.total_steps = total_steps
         self.async_write = async_write
+        if tune not in ("off", "auto"):
+            raise UserError(
+                f"tune must be off or auto, not {tune!r}", "set runtime.tune in job.yaml to off or auto"
+            )
+        self.tune = tune
+        """``auto``: :meth:`batches` tunes the loader's settings (:mod:`orchestrator.runtime.tune`)."""
+        self.tune_config = tune_config or TuneConfig()
         self.extra: dict[str, Any] = {}
         """User state saved in every checkpoint and restored by resume(): tensors and plain values
         only (dict, list, tuple, str, int, float, bool, None); anything else is refused."""
@@ -147,6 +160,7 @@ class Runtime:
             "every_seconds": _env_float(ENV_CHECKPOINT_EVERY_SECONDS),
             "keep": int(os.environ.get(ENV_CHECKPOINT_KEEP) or 3),
             "progress_file": os.environ.get(ENV_PROGRESS_FILE) or None,
+            "tune": os.environ.get(ENV_TUNE) or "off",
         }
         settings.update(overrides)
         return cls(model, optimizer, scheduler, **settings)
@@ -215,6 +229,27 @@ class Runtime:
         steps_due = self.every_steps is not None and step % self.every_steps == 0
         if (steps_due or time_due) and step != self.last_checkpoint_step:
             self.checkpoint(step, sync=not self.async_write)
+
+    def batches(self, loader: StepLoader, start: int, stop: int | None = None) -> Iterator[StepBatch]:
+        """The batches of steps ``start..stop-1`` (``stop`` defaults to ``total_steps``), each with the
+        seconds the loop waited for it (``data_s``); with ``tune="auto"`` the loader's settings are tuned
+        on the way. Every rank must consume the same steps (tuning agrees across ranks)."""
+        if stop is None:
+            if self.total_steps is None:
+                raise UserError("batches() needs a last step", "pass stop=... or total_steps= to the Runtime")
+            stop = self.total_steps
+        if self.tune != "auto":
+            return timed_steps(loader, start, stop)
+        return tuned_steps(loader, start, stop, config=self.tune_config, agree=self._agree_max,
+                           report=lambda event, step, fields: self.progress.event(event, step, **fields))  # fmt: skip
+
+    def _agree_max(self, values: list[float]) -> list[float]:
+        """Each value's maximum over the ranks (collective)."""
+        if not _distributed() or self.world_size == 1:
+            return values
+        found = torch.tensor(values, dtype=torch.float64, device=self._collective_device())
+        dist.all_reduce(found, op=dist.ReduceOp.MAX)
+        return [float(v) for v in found.tolist()]
 
     def _agree(self, notice: bool, time_due: bool) -> tuple[bool, bool]:
         """Any rank's notice counts for all; rank 0's clock decides time-based checkpoints."""

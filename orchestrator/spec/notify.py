@@ -51,6 +51,9 @@ class NotifyEvent(StrEnum):
     IDLE = "idle"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
+    AVOIDABLE_DIGEST = "avoidable_digest"
+    """The weekly "avoidable spend" digest of a team (sent to team targets when the controller config
+    turns it on: ``notify.avoidable_digest``)."""
 
 
 class WebhookFormat(StrEnum):

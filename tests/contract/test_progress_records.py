@@ -113,3 +113,51 @@ def test_the_tail_of_a_finished_run_keeps_its_metrics_and_refuses_a_bad_final_li
     progress = read_progress(path)
     assert progress is not None and progress.finished and progress.step == 10
     assert progress.metrics == {"accuracy": 0.97}
+
+
+TUNE = {"before_step_s": 0.3, "after_step_s": 0.1, "settings": {"num_workers": 4, "pin_memory": False}}
+
+
+def test_a_tune_record_reads_into_a_typed_result() -> None:
+    record = progress_record({**GOOD, "event": "tuned", "tune": TUNE})
+    assert record.tune is not None and record.tune.before_step_s == 0.3 and record.tune.after_step_s == 0.1
+    assert record.tune.settings == {"num_workers": 4, "pin_memory": False}
+    assert record.tune.speedup == pytest.approx(3.0)
+    assert progress_record(GOOD).tune is None
+
+
+BAD_TUNES: list[Any] = [
+    "fast",
+    [0.3, 0.1],
+    {"after_step_s": 0.1},
+    {**TUNE, "before_step_s": -1.0},
+    {**TUNE, "after_step_s": "0.1"},
+    {**TUNE, "after_step_s": 1e12},
+    {**TUNE, "settings": [1]},
+    {**TUNE, "settings": {"num_workers": 1.5}},
+    {**TUNE, "settings": {"num_workers": None}},
+    {**TUNE, "settings": {"nested": {"a": 1}}},
+    {**TUNE, "settings": {"huge": 10**16}},
+    {**TUNE, "settings": {"long": "x" * 201}},
+    {**TUNE, "settings": {f"k{i}": i for i in range(33)}},
+]
+
+
+@pytest.mark.parametrize("tune", BAD_TUNES)
+def test_a_bad_tune_field_refuses_the_record(tune: Any) -> None:
+    with pytest.raises(BadRecord, match="tune"):
+        progress_record({**GOOD, "tune": tune})
+
+
+def test_a_bad_tune_record_is_skipped_with_one_warning_per_file(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "progress.jsonl"
+    bad = [json.dumps({**GOOD, "event": "tuned", "tune": tune}) for tune in BAD_TUNES]
+    _write(path, *bad, json.dumps({**GOOD, "event": "tuned", "tune": TUNE}))
+    caplog.set_level(logging.WARNING)
+    for _ in range(2):
+        records = read_progress_records(path)
+        assert [r.tune.after_step_s for r in records if r.tune] == [0.1] and len(records) == 1
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "tune" in warnings[0]

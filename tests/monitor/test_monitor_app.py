@@ -157,7 +157,7 @@ def test_diagnose_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     summary.write_text(json.dumps(window) + "\n")
     assert main(["diagnose", "--summaries", str(summary), "-o", "json", "--gpu-type", "H100"]) == 0
     findings = {f["code"]: f for f in json.loads(capsys.readouterr().out)}
-    assert set(findings) == {"low-utilization", "oversized-gpu"}
+    assert set(findings) == {"low-utilization", "oversized-gpu", "larger-batch"}  # 70 GiB never used
     assert findings["oversized-gpu"]["evidence"]["candidates"]  # cheaper catalog GPUs that fit 12 GiB
     assert main(["diagnose", "--summaries", str(summary)]) == 0
     assert "[warning] low-utilization" in capsys.readouterr().out

@@ -120,7 +120,9 @@ def test_oversized_gpu_suggests_cheaper_types_that_fit() -> None:
 
 def test_findings_sorted_by_severity() -> None:
     found = diagnose([window(util_mean_pct=10.0, idle_seconds=400.0, mem_used_max_bytes=5 * GIB)])
-    assert [f.severity for f in found] == ["critical", "warning", "info"]
+    severities = [f.severity for f in found]
+    assert severities == sorted(severities, key=["critical", "warning", "info"].index)
+    assert {"critical", "warning", "info"} == set(severities)
 
 
 def test_diagnose_files_reads_progress_and_summaries(tmp_path: Path) -> None:

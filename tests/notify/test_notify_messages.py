@@ -11,16 +11,18 @@ from orchestrator.controller.engine import note_budget
 from orchestrator.errors import SpecError, UserError
 from orchestrator.notify import JobRef, NotifyConfig, addressed, load_notify_config, notifications_for
 from orchestrator.spec import MarketMode, load_spec_text
+from orchestrator.spec.market import MarketKind
 from orchestrator.spec.notify import NotifyEvent, NotifyTarget
-from orchestrator.state.job_state import JobEvent, JobState, PlacementState, SegmentState
+from orchestrator.state.job_state import JobEvent, JobState, SegmentState
+from orchestrator.state.placement import Placement
 from orchestrator.state.status import FailureReason, JobStatus
 
 NOW = datetime(2026, 3, 1, tzinfo=UTC)
 JOB = JobRef("j-1", "ml", "ana")
 
 
-def placement(market: str) -> PlacementState:
-    return PlacementState(gpu_type="A100", market=market, cloud="aws", region="r", zone="z1",
+def placement(market: str) -> Placement:
+    return Placement(gpu_type="A100", market=MarketKind(market), cloud="aws", region="r", zone="z1",
                           instance_type="p4d", gpus_per_node=8, node_price_usd_per_hour=2.0,
                           on_demand_node_price_usd_per_hour=4.0, price_source="test")  # fmt: skip
 
@@ -136,7 +138,7 @@ def test_team_targets_from_config_yaml(tmp_path: Path) -> None:
         ("notify:\n  teams:\n    ml:\n      - {email: {to: [bad], from: a@b.c, host: h}}\n",
          "notify.teams.ml[0].email.to: 'bad' is not an email address"),
         ("notify: [a]\n", "'notify' must be a mapping"),
-        ("notify: {team: {}}\n", "one key, 'teams'"),
+        ("notify: {team: {}}\n", "keys 'teams' and 'avoidable_digest'"),
         ("notify: {teams: [1]}\n", "notify.teams must map"),
         ("notify: {teams: {ml: [{webhook: 'gopher://x'}]}}\n", "notify.teams.ml[0].webhook"),
     ],

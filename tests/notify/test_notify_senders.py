@@ -28,7 +28,17 @@ EVIDENCE: dict[NotifyEvent, dict[str, object]] = {
     NotifyEvent.IDLE: {"util_pct": 1.5, "idle_s": 900.0},
     NotifyEvent.SUCCEEDED: {"cost_usd": 3.2},
     NotifyEvent.FAILED: {"reason": "over_budget"},
+    NotifyEvent.AVOIDABLE_DIGEST: {"spend_usd": 120.0, "avoidable_usd": 48.0, "since": "7d"},
 }
+
+
+def headline(event: NotifyEvent) -> str:
+    """A job's events name the job; the avoidable-spend digest names its team."""
+    return (
+        "gpuctl: team ml avoidable spend"
+        if event is NotifyEvent.AVOIDABLE_DIGEST
+        else "gpuctl: job train-ab12cd "
+    )
 
 
 def note(event: NotifyEvent, message: str = "something happened") -> Notification:
@@ -56,7 +66,7 @@ def test_slack_webhook_has_text_and_blocks(webhook: WebhookReceiver, event: Noti
     target = NotifyTarget(webhook=webhook.url, format="slack")
     Sender(no_secrets).send(target, note(event, "ping <!channel> & <https://evil|click>"))
     (body,) = webhook.wait_for(1)
-    assert body["text"].startswith("gpuctl: job train-ab12cd ")
+    assert body["text"].startswith(headline(event))
     assert "&lt;!channel&gt; &amp; &lt;https://evil|click&gt;" in body["text"]
     assert "<!channel>" not in str(body)  # a job's text never pings a channel nor hides a link
     kinds = [b["type"] for b in body["blocks"]]
@@ -73,7 +83,7 @@ def test_email_through_smtp(smtp: SmtpReceiver, event: NotifyEvent) -> None:
     ((envelope, mail),) = smtp.wait_for(1)
     assert envelope.rcpt_tos == ["ana@example.com", "ops@example.com"]
     assert mail["From"] == "gpuctl@example.com"
-    assert mail["Subject"].startswith("gpuctl: job train-ab12cd ")
+    assert mail["Subject"].startswith(headline(event))
     text = mail.get_payload(decode=True).decode()
     assert f"the {event} message" in text and f"event: {event}" in text and "team:  ml" in text
     assert all(f"{k}: {v}" in text for k, v in EVIDENCE[event].items())
