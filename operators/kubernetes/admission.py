@@ -2,8 +2,8 @@
 
 A GPUJob made with ``kubectl apply`` never met ``gpuctl submit``'s admission, so the operator runs the
 same check before the job's first placement (status without a state, or PENDING). A refused job goes
-FAILED with its ``failureReason``, message and a ``Failed`` condition, and one Event (the reconcile's
-event); FAILED is terminal, so it is never checked again.
+FAILED through the engine (:func:`operators.kubernetes.step.refuse`: its ``failureReason``, message,
+a ``Failed`` condition and one Event); FAILED is terminal, so it is never checked again.
 
 Team budgets come from the cost config in ``$GPUCTL_COST_CONFIG`` (the chart's ``budgets``), with the
 rule of every backend (:func:`orchestrator.costs.budgets.team_budget`): the GPUJob's ``spec.team``
@@ -20,7 +20,6 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from operators.kubernetes.step import set_condition
 from orchestrator.backends.kubernetes import client
 from orchestrator.backends.kubernetes.config import COST_CONFIG_ENV, PRICE_CATALOG_ENV
 from orchestrator.catalog.offers import read_offers_csv
@@ -76,17 +75,3 @@ def admission_refusal(spec: JobSpec, namespace: str, now: datetime, api: Any | N
         namespace,
     )
     return decision if isinstance(decision, Refused) else None
-
-
-def refused_status(status: Mapping[str, Any], refused: Refused, now: datetime) -> dict[str, Any]:
-    """The GPUJob's status once refused: FAILED with the reason, and a ``Failed`` condition."""
-    text = f"{refused.message} (to fix: {refused.how_to_fix})" if refused.how_to_fix else refused.message
-    failed: dict[str, Any] = {
-        **status,
-        "state": str(JobStatus.FAILED),
-        "failureReason": str(refused.reason),
-        "message": text,
-    }
-    reason = "".join(word.capitalize() for word in str(refused.reason).split("_"))
-    set_condition(failed, "Failed", True, reason, text, now)
-    return failed

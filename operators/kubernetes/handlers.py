@@ -1,12 +1,15 @@
 """kopf handlers of the GPUJob operator. Run: ``kopf run -m operators.kubernetes.handlers``.
 
-Stateless: every decision reads the GPUJob and its pods from the API server and writes the job's state
-back into ``.status``; a restarted operator simply carries on. Settings come from the environment
+Stateless: every decision takes the GPUJob's state from its ``.status`` (as kopf's watch delivers it,
+or read), its pods and the nodes from listings shared by all passes
+(:class:`~orchestrator.backends.kubernetes.listing.ClusterView`), and writes the job's state back into
+``.status``; a restarted operator simply carries on. Settings come from the environment
 (the Helm chart sets them):
 
 - ``GPUCTL_OPERATOR_CONFIG``: JSON of :class:`~orchestrator.backends.kubernetes.config.KubeConfig`;
 - ``GPUCTL_RECONCILE_INTERVAL_S``: seconds between checks of each job (default 10);
 - ``GPUCTL_METRICS_PORT``: serve Prometheus metrics on this port;
+- ``GPUCTL_INTAKE_PORT``, ``GPUCTL_INTAKE_KEY``: serve the monitors' intake (:mod:`orchestrator.backends.kubernetes.intake`);
 - ``GPUCTL_PRICE_CATALOG``: a price catalog CSV replacing the built-in prices;
 - ``GPUCTL_KUBE_API_URL``: talk to this URL without credentials (tests, ``kubectl proxy``).
 """
@@ -24,10 +27,12 @@ from typing import Any
 import kopf
 
 from operators.kubernetes import admission, metrics, notify
-from operators.kubernetes.reconcile import cleanup_job, reconcile_isolated
-from orchestrator.backends.kubernetes import client
+from operators.kubernetes.reconcile import reconcile_isolated
+from orchestrator.backends.kubernetes import client, intake
 from orchestrator.backends.kubernetes.config import KubeConfig
 from orchestrator.backends.kubernetes.crd import GROUP, PLURAL, VERSION
+from orchestrator.backends.kubernetes.listing import ClusterView
+from orchestrator.backends.kubernetes.pods import cleanup_job
 from orchestrator.errors import GpuctlError
 
 INTERVAL_S = float(os.environ.get("GPUCTL_RECONCILE_INTERVAL_S", "10"))
@@ -36,6 +41,8 @@ _locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Loc
 """One reconcile at a time per job (create and timer handlers may otherwise overlap)."""
 _errors: dict[tuple[str, str], str] = {}
 """Job -> the transient error its passes meet now (posted as an Event once, until it changes or clears)."""
+view = ClusterView()
+"""The pods and nodes as listed for all passes: one LIST per namespace (pods) and one of nodes per interval."""
 
 
 def wall_clock() -> datetime:
@@ -63,12 +70,14 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP)
     settings.posting.level = 20  # logging.INFO: job events become Kubernetes Events (see _reconcile)
+    view.clear()  # a started operator knows nothing yet: its first passes read and list
     load_config()  # fail at startup, not at the first job, on bad settings
     admission.check_settings()  # and on a bad budget or price in the chart's values
     notify.start(_api)  # and on a bad notify: section in $GPUCTL_HOME/config.yaml
     port = os.environ.get("GPUCTL_METRICS_PORT")
     if port:
         metrics.serve(int(port))
+    intake.serve_from_env()  # monitors push their records (GPUCTL_INTAKE_PORT, GPUCTL_INTAKE_KEY)
 
 
 @kopf.on.login()
@@ -86,13 +95,15 @@ def event_reason(message: str) -> str:
 
 
 def _reconcile(name: str, namespace: str, body: Any, logger: Any) -> None:
-    """One pass of the job. An error in the job's own data ends it FAILED (internal_error) inside
+    """One pass of the job, given the GPUJob as kopf's watch has it (taken when its status is the one
+    this process last wrote, else read again: :func:`~operators.kubernetes.reconcile.reconcile_job`).
+    An error in the job's own data ends it FAILED (internal_error) inside
     :func:`~operators.kubernetes.reconcile.reconcile_isolated`; a fault around it (the API server)
     is a ``kopf.TemporaryError``: kopf retries the pass after the reconcile interval."""
     key = (namespace, name)
     try:
         with _locks[key]:
-            decision = reconcile_isolated(name, namespace, load_config(), clock(), _api())
+            decision = reconcile_isolated(name, namespace, load_config(), clock(), _api(), view, body)
     except Exception as exc:
         raise _retry_later(key, exc, body, logger) from exc
     if _errors.pop(key, None) is not None:
@@ -135,6 +146,7 @@ def stop(*, name: str, namespace: str | None, uid: str | None, logger: Any, **_:
     with _locks[(ns, name)]:
         count = cleanup_job(name, ns, _api(), owner_uid=uid or "")
     _locks.pop((ns, name), None)
+    view.forget(name, ns)
     _errors.pop((ns, name), None)
     metrics.forget(ns, name)
     logger.info(f"deleted {count} pod(s) and the rendezvous service")

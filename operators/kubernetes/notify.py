@@ -41,6 +41,7 @@ from orchestrator.notify import (
 )
 from orchestrator.spec.env import FromEnv, SecretRef
 from orchestrator.spec.notify import NotifyTarget, NotifyTargets
+from orchestrator.times import iso_z
 
 OUTBOX_ENV = "GPUCTL_NOTIFY_OUTBOX"
 BACKEND = "kubernetes"
@@ -130,7 +131,7 @@ def post_failure(api: Any, item: Pending, message: str) -> None:
 
     note = item.notification
     namespace = note.namespace or "default"
-    now = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+    now = iso_z(datetime.now(UTC))
     event: Any = {
         "metadata": {"generateName": f"{note.job}."},
         "involvedObject": {"apiVersion": API_VERSION, "kind": KIND, "name": note.job, "namespace": namespace},

@@ -1,13 +1,16 @@
-"""One reconcile pass of a GPUJob against the API server: the host of the one controller engine.
+"""One reconcile pass of a GPUJob against the API server: the one host's tick on Kubernetes.
 
-The GPUJob's ``.status`` is the job's store, pods are the engine's effects. The decision is one call,
-:func:`operators.kubernetes.step.step` (gpuctl's reconcile and :func:`orchestrator.controller.engine.apply`
-on the job's status and pods); the training progress and the GPU use are read from the pods' sidecar
-logs (:mod:`operators.kubernetes.progress`, :mod:`operators.kubernetes.gpu_usage`). Kept apart from
-the kopf handlers so anything can call it.
+:class:`ApiJob` is the host's side for a GPUJob (:mod:`orchestrator.controller.host`): its state is
+the GPUJob's ``.status`` (read and written as :class:`~operators.kubernetes.step.StatusJob` does, in one
+status patch), its nodes are pods (created and deleted by a
+:class:`~orchestrator.backends.kubernetes.pods.PodWriter`), and what the monitors send
+(training progress, GPU use: :mod:`orchestrator.backends.kubernetes.progress`, :mod:`orchestrator.backends.kubernetes.gpu_usage`)
+is read in :meth:`ApiJob.observe` and written in :meth:`ApiJob.persist`. Admission refusals and failures
+are the engine's (:func:`~operators.kubernetes.step.refuse`, :func:`~operators.kubernetes.step.fail`).
+Kept apart from the kopf handlers so anything can call it.
 
-One GPUJob's error stays that GPUJob's (:func:`reconcile_isolated`, the rule of the local controller's
-:func:`orchestrator.controller.loop.permanent_failure`): an error in the job itself (an unexpected
+One GPUJob's error stays that GPUJob's (:func:`reconcile_isolated`, the rule of every backend:
+:func:`orchestrator.controller.host.permanent_failure`): an error in the job itself (an unexpected
 exception: a gpuctl bug, or data it did not expect, such as a progress value no number can hold) ends
 it ``FAILED`` (``internal_error``) through the engine, its pods deleted and one Event saying why; a
 fault around it (the API server busy or unreachable: :class:`~orchestrator.errors.GpuctlError`,
@@ -16,104 +19,49 @@ fault around it (the API server busy or unreachable: :class:`~orchestrator.error
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any, assert_never
 
-from pydantic import ValidationError
-
-from operators.kubernetes.admission import admission_refusal, first_sight, refused_status
-from operators.kubernetes.gpu_usage import collect_gpu_usage, read_monitor_logs
-from operators.kubernetes.progress import with_progress
-from operators.kubernetes.rightsize import measurements, same_job, sized_spec, with_throughput
-from operators.kubernetes.step import (
-    Decision,
-    being_deleted,
-    fail,
-    leftover_pods,
-    load_state,
-    pod_attempt,
-    pods_of,
-    set_condition,
-    step,
-    with_state,
-)
+from operators.kubernetes.admission import admission_refusal, first_sight
+from operators.kubernetes.rightsize import measurements, same_job, sized_spec
+from operators.kubernetes.step import Decision, StatusJob, decision, fail, load_state, refuse, with_state
 from orchestrator.backends.kubernetes import client
 from orchestrator.backends.kubernetes.config import PRICE_CATALOG_ENV, KubeConfig
+from orchestrator.backends.kubernetes.gpu_usage import collect_gpu_usage
+from orchestrator.backends.kubernetes.gpujob import job_spec, status_patch
+from orchestrator.backends.kubernetes.intake import monitor_texts
+from orchestrator.backends.kubernetes.listing import ClusterView
 from orchestrator.backends.kubernetes.manifests import (
     Owner,
-    build_pod,
-    build_service,
-    check_kube_env,
-    derived_name,
-    pod_name,
-    service_name,
 )
-from orchestrator.controller import engine
+from orchestrator.backends.kubernetes.pods import (
+    PodWriter,
+    being_deleted,
+    cleanup_job,
+    delete_pods,
+    leftover_pods,
+    pods_of,
+)
+from orchestrator.backends.kubernetes.progress import progress_of, with_progress
+from orchestrator.controller import engine, host
 from orchestrator.controller.placement import Candidates, catalog_candidates
-from orchestrator.errors import GpuctlError, InternalError, NotFoundError, SpecError, UserError
+from orchestrator.errors import GpuctlError, NotFoundError, UserError
 from orchestrator.policies import GpuMeasurement
 from orchestrator.spec import JobSpec
 from orchestrator.spec import RightSize as RightSizeMode
-from orchestrator.spec.model import NAME_PATTERN
 from orchestrator.state.job_state import JobState, NodeLaunch
 from orchestrator.state.status import FailureReason, JobStatus
+from orchestrator.times import parse_iso
 
 log = logging.getLogger(__name__)
 
 MESSAGE_MAX = 500
 """The longest ``status.message`` (and Event) an unexpected error gives."""
-
-OBJECT_NAME_MAX = 253
-OBJECT_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-"""A DNS-1123 subdomain: what the API server accepts as a GPUJob's name."""
-
-
-def job_spec(name: str, namespace: str, spec: Mapping[str, Any]) -> JobSpec:
-    """The JobSpec of a GPUJob.
-
-    ``name`` must be a Kubernetes object name (the pods' and Service's names are derived from it); it
-    is the spec's name too unless ``spec.name`` is given (a name that is no DNS label gives a derived
-    one). ``user`` is always the namespace, whatever ``spec.user`` says: cost goes to who the cluster
-    says created the job."""
-    if len(name) > OBJECT_NAME_MAX or not OBJECT_NAME.fullmatch(name):
-        raise SpecError(
-            f"GPUJob {namespace}/{name}",
-            [
-                f"metadata.name: '{name[:80]}' is not a Kubernetes object name. To fix: recreate the "
-                "GPUJob with a name of lowercase letters, digits, '-' and '.', starting and ending with "
-                f"a letter or digit, at most {OBJECT_NAME_MAX} characters"
-            ],
-        )
-    default_name = name if re.fullmatch(NAME_PATTERN, name) else derived_name(name)
-    data = {"name": default_name, **dict(spec), "user": namespace}
-    try:
-        job = JobSpec.model_validate(data)
-    except ValidationError as exc:
-        problems = [f"spec.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]
-        raise SpecError(f"GPUJob {namespace}/{name}", problems) from None
-    check_kube_env(job, f"GPUJob {namespace}/{name}")  # from_env: only secretKeyRef reaches pods
-    return job
-
-
-def failed_status(status: Mapping[str, Any], reason: str, message: str, now: datetime) -> dict[str, Any]:
-    """``status`` turned FAILED for a reason no retry mends (a bad spec, a name taken by another)."""
-    failed = {**status, "state": str(JobStatus.FAILED), "failureReason": reason, "message": message}
-    failed["conditions"] = [dict(c) for c in status.get("conditions", [])]
-    set_condition(failed, "Failed", True, "Failed", message, now)
-    set_condition(failed, "Running", False, "Failed", message, now)
-    return failed
-
-
-def status_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
-    """A merge patch turning ``old`` into ``new`` (removed keys become ``null``)."""
-    patch: dict[str, Any] = {k: None for k in old if k not in new}
-    patch.update(new)
-    return patch
 
 
 def _candidates(spec: JobSpec) -> Candidates:
@@ -124,28 +72,47 @@ def _candidates(spec: JobSpec) -> Candidates:
 
 def _created_at(body: Mapping[str, Any], now: datetime) -> datetime:
     text = body.get("metadata", {}).get("creationTimestamp")
-    return datetime.fromisoformat(str(text).replace("Z", "+00:00")) if text else now
+    return parse_iso(str(text)) if text else now
 
 
 def reconcile_job(
-    name: str, namespace: str, config: KubeConfig, now: datetime, api: Any | None = None
+    name: str,
+    namespace: str,
+    config: KubeConfig,
+    now: datetime,
+    api: Any | None = None,
+    view: ClusterView | None = None,
+    body: Mapping[str, Any] | None = None,
 ) -> Decision | None:
     """Reconcile one GPUJob; ``None`` when it is gone. Errors from the API propagate (kopf retries).
 
-    The order makes it crash safe, as the local driver's: (a) finish what an interrupted pass left
-    (create the pods of nodes recorded as intents, delete those of nodes recorded as ended); (b, c)
-    observe and decide (:func:`step`: reconcile and the engine, pure); (d) write the status; (e) only
-    then carry out the engine's effects, recording created pods as launched in a second patch. A crash
-    anywhere leaves a status from which the next pass creates each node's pod exactly once."""
-    try:
-        body = client.get_gpujob(name, namespace, api)
-    except NotFoundError:
-        return None
+    The tick is the one host's (:func:`host.run_tick` on an :class:`ApiJob`), crash safe as on every
+    backend: (a) finish what an interrupted pass left (create the pods of nodes recorded as intents,
+    delete those of nodes recorded as ended); (b, c) observe and decide (reconcile and the engine,
+    pure); (d) write the status; (e) only then carry out the engine's effects, recording created pods
+    as launched in a second patch. A crash anywhere leaves a status from which the next pass creates
+    each node's pod exactly once.
+
+    ``view``: what the operator's passes share (:class:`ClusterView`): the pods and nodes as listed for
+    all passes (one LIST per namespace and interval), and the status this job's previous pass wrote;
+    ``body``: the GPUJob as kopf's watch delivered it, taken when its status is that one (else, and
+    without a view, the GPUJob is read, and the pass lists the pods and nodes itself). A steady pass
+    then costs one request: its status patch, or none when nothing changed."""
+    known = view.begin(name, namespace) if view is not None else None
+    if body is not None and known is not None and dict(body.get("status") or {}) == known:
+        body = copy.deepcopy(dict(body))  # what this process wrote last: as good as a read
+    else:
+        try:
+            body = client.get_gpujob(name, namespace, api)
+        except NotFoundError:
+            return None
     if body.get("metadata", {}).get("deletionTimestamp"):
         return None  # being deleted: the delete handler cleans up; never create pods again
     status = dict(body.get("status") or {})
     if status.get("state") and JobStatus(status["state"]).terminal:
-        _delete_leftovers(name, namespace, body, status, api)
+        _delete_leftovers(name, namespace, body, status, api, view)
+        if view is not None:
+            view.wrote_status(name, namespace, status)
         return None
     try:
         spec = job_spec(name, namespace, body.get("spec") or {})
@@ -153,38 +120,90 @@ def reconcile_job(
         placed = sized_spec(spec, load_state(status, name))  # right-size (auto) picked its GPU type
         candidates = _candidates(placed) if refused is None else Candidates({}, None)
     except UserError as err:  # the job's own data: FAILED once; API errors propagate and kopf retries
-        return _fail(name, namespace, status, str(FailureReason.INVALID_SPEC), err.message, now, api)
+        return _write_ended(name, namespace, status, fail(status, name, INVALID, err.message, now), api)
     if refused is not None:  # refused at admission: FAILED once, one event; never looked at again
-        failed = refused_status(status, refused, now)
-        client.patch_gpujob_status(name, namespace, status_patch(status, failed), api)
-        return Decision(failed, events=(f"{JobStatus.FAILED} ({refused.reason}): {failed['message']}",))
-    owner = Owner(name=name, uid=str(body["metadata"].get("uid", "")))
-    pods = client.list_job_pods(name, namespace, api, owner.uid)  # only this GPUJob's pods, ever
-    nodes = client.list_node_names(api)
-    pods_host = _Pods(placed, owner, namespace, config, api)
+        return _write_ended(name, namespace, status, refuse(status, name, refused, now), api)
+    side = ApiJob(spec, placed, body, namespace, candidates, config, now, api, view)
     try:
-        # (a) what a crash interrupted
-        state, acted = pods_host.finish_interrupted(load_state(status, name), pods)
-        if acted:  # observe what it made of the pods
-            pods = client.list_job_pods(name, namespace, api, owner.uid)
-        # (b, c) observe (the monitors' logs, read once: training progress and GPU use) and decide
-        logs = read_monitor_logs(status, pods, namespace, now, api)
-        seen = with_throughput(with_progress(with_state(status, state), logs.values()), state)
-        measured = _measured(spec, seen, state, name, namespace, api)
-        decision = step(
-            spec, seen, pods, nodes, candidates, name, _created_at(body, now), now,
-            config.regrow_after_s, config.spot_shortage_after_s, measured,
-        )  # fmt: skip
-        # The monitors' windows up to now, in the same status patch (the pods of an ending job are still listed).
-        written, usage_events = collect_gpu_usage({**decision.status, "user": spec.user}, pods, logs)
-        # (d) the status first
-        if written != status:
-            client.patch_gpujob_status(name, namespace, status_patch(status, written), api)
-        # (e) then the effects
-        written = pods_host.carry_out(decision, written, pods)
+        tick = host.run_tick(side, now)
     except UserError as err:  # a pod rejected, or its name taken by another: retrying cannot help
-        return _fail_launch(name, namespace, pods_host, err.message, now)
-    return replace(decision, status=written, events=decision.events + usage_events)
+        return _fail_launch(name, namespace, side.pods_host, err.message, now)
+    if view is not None:
+        view.wrote_status(name, namespace, side.written)
+    made = decision(tick, side.written)
+    return replace(made, events=made.events + side.usage_events)
+
+
+INVALID = FailureReason.INVALID_SPEC
+
+
+class ApiJob(StatusJob):
+    """One GPUJob against the API server: the host's :class:`~orchestrator.controller.host.JobSide`
+    on Kubernetes. State: the GPUJob's ``.status``; nodes: its pods (``placed``: the spec its pods
+    are made of, the GPU type right-size picked)."""
+
+    def __init__(
+        self,
+        spec: JobSpec,
+        placed: JobSpec,
+        body: Mapping[str, Any],
+        namespace: str,
+        candidates: Candidates,
+        config: KubeConfig,
+        now: datetime,
+        api: Any | None,
+        view: ClusterView | None = None,
+    ) -> None:
+        meta = body["metadata"]
+        self.name, self.namespace, self.api, self.view = str(meta["name"]), namespace, api, view
+        self.owner = Owner(name=self.name, uid=str(meta.get("uid", "")))
+        self.read = dict(body.get("status") or {})
+        """The status as read (what the patch turns into the new one)."""
+        pods = self._list_pods()  # only this GPUJob's pods, ever
+        nodes = view.node_names(self.name, namespace, api) if view else client.list_node_names(api)
+        super().__init__(
+            spec, self.read, pods, nodes, candidates, self.name,
+            _created_at(body, now), config.regrow_after_s, config.spot_shortage_after_s,
+        )  # fmt: skip
+        self.pods_host = _Pods(placed, self.owner, self.namespace, config, api, view)
+        self.logs: dict[str, str] = {}
+        self.usage_events: tuple[str, ...] = ()
+
+    def _list_pods(self) -> list[dict[str, Any]]:
+        if self.view is not None:
+            return self.view.job_pods(self.name, self.namespace, self.owner.uid, self.api)
+        return list(client.list_job_pods(self.name, self.namespace, self.api, self.owner.uid))
+
+    def finish_interrupted(self, state: JobState, now: datetime) -> JobState:
+        """(a) what a crash interrupted; the pods listed again when any was created or deleted."""
+        state, acted = self.pods_host.finish_interrupted(state, self.pods)
+        if acted:
+            self.pods = self._list_pods()
+        return state
+
+    def observe(self, state: JobState, now: datetime) -> host.Observation:
+        """(b) the pods, and what the monitors sent (training progress and GPU use, read once)."""
+        self.logs = monitor_texts(self.read, self.pods, self.namespace, self.owner, now, self.api)
+        seen = with_state(self.read, state)
+        self.status = with_progress(seen, self.logs.values())
+        measured = with_state(self.status, state.with_progress(host.progress_state(progress_of(self.status))))
+        self.measurements = _measured(self.spec, measured, state, self.name, self.namespace, self.api)
+        return super().observe(state, now)
+
+    def persist(self, tick: host.Tick, now: datetime) -> None:
+        """(d) the status first, with the monitors' windows up to now (the pods of an ending job are
+        still listed), in one patch."""
+        super().persist(tick, now)
+        written, self.usage_events = collect_gpu_usage(
+            {**self.written, "user": self.spec.user}, self.pods, self.logs
+        )
+        if written != self.read:
+            client.patch_gpujob_status(self.name, self.namespace, status_patch(self.read, written), self.api)
+        self.written = written
+
+    def carry_out(self, tick: host.Tick) -> None:
+        """(e) then the effects."""
+        self.written = self.pods_host.carry_out(tick.state, tick.effects, self.written, self.pods)
 
 
 def _measured(
@@ -204,13 +223,8 @@ def _measured(
     return measurements([status, *others])
 
 
-class _Pods:
-    """The engine's effects on Kubernetes: a node is a pod, created and deleted for the one GPUJob."""
-
-    def __init__(
-        self, spec: JobSpec, owner: Owner, namespace: str, config: KubeConfig, api: Any | None
-    ) -> None:
-        self.spec, self.owner, self.namespace, self.config, self.api = spec, owner, namespace, config, api
+class _Pods(PodWriter):
+    """The engine's effects on Kubernetes, carried out by a :class:`PodWriter` for the one GPUJob."""
 
     def finish_interrupted(self, state: JobState, pods: Sequence[Mapping[str, Any]]) -> tuple[JobState, bool]:
         """Create the pods of nodes recorded as intents (idempotent), and delete the pods the
@@ -227,12 +241,14 @@ class _Pods:
         return engine.mark_launched(state, created), bool(leftovers) or bool(created)
 
     def carry_out(
-        self, decision: Decision, written: dict[str, Any], pods: Sequence[Mapping[str, Any]]
+        self,
+        state: JobState,
+        effects: Sequence[engine.Effect],
+        written: dict[str, Any],
+        pods: Sequence[Mapping[str, Any]],
     ) -> dict[str, Any]:
         """The engine's effects, in order, after the status was written; returns the status written."""
-        assert decision.state is not None
-        state = decision.state
-        for effect in decision.effects:
+        for effect in effects:
             if isinstance(effect, engine.LaunchNodes):
                 launched = engine.mark_launched(state, self.create(state, effect.node_ids, pods))
                 if launched != state:
@@ -250,75 +266,39 @@ class _Pods:
                 assert_never(effect)
         return written
 
-    def create(
-        self, state: JobState, node_ids: Sequence[str], pods: Sequence[Mapping[str, Any]]
-    ) -> list[str]:
-        """Create the pods of ``node_ids`` (a pod of the attempt that exists already counts as created;
-        a name still held by an older attempt's pod waits for the next pass). Returns the created."""
-        placement = engine.placement_of(state.placement)
-        assert placement is not None, "nodes are launched on the attempt's placement"
-        by_name = {str(p["metadata"]["name"]): p for p in pods}
-        created: list[str] = []
-        service = False
-        for node in node_ids:
-            index = engine.node_index(node)
-            existing = by_name.get(pod_name(self.owner.name, index))
-            if existing is not None:
-                if pod_attempt(existing) == state.attempt:
-                    created.append(node)
-                continue
-            if not service:
-                config, owner = self.config, self.owner
-                client.ensure_service(
-                    build_service(owner.name, self.namespace, config, owner), self.api, owner.uid
-                )
-                service = True
-            pod = build_pod(
-                self.spec,
-                placement,
-                job=self.owner.name,
-                namespace=self.namespace,
-                attempt=state.attempt,
-                node_index=index,
-                config=self.config,
-                owner=self.owner,
-                attempt_nodes=len(state.attempt_nodes),
-            )
-            client.create_pod(pod, self.api, self.owner.uid)
-            created.append(node)
-        return created
 
-    def delete(self, pod: Mapping[str, Any]) -> None:
-        meta = pod["metadata"]  # one of this GPUJob's pods (listed by owner uid): that very pod only
-        client.delete_pod(str(meta["name"]), self.namespace, api=self.api, uid=meta.get("uid"))
+def _uid(body: Mapping[str, Any]) -> str:
+    return str(body["metadata"].get("uid", ""))
 
 
 def _delete_leftovers(
-    name: str, namespace: str, body: Mapping[str, Any], status: Mapping[str, Any], api: Any | None
+    name: str,
+    namespace: str,
+    body: Mapping[str, Any],
+    status: Mapping[str, Any],
+    api: Any | None,
+    view: ClusterView | None,
 ) -> None:
     """An ended job's pods that a pass interrupted after its status patch left behind: deleted."""
     if not int(status.get("attempt") or 0):
         return  # never placed (refused at admission, say): it has no pods
-    _delete_pods(name, namespace, body, api)
-
-
-def _delete_pods(name: str, namespace: str, body: Mapping[str, Any], api: Any | None) -> None:
-    """Delete the GPUJob's pods not being deleted yet (each with its own grace period: a checkpoint)."""
-    uid = str(body["metadata"].get("uid", ""))
-    for pod in client.list_job_pods(name, namespace, api, uid):
-        meta = pod["metadata"]
-        if not being_deleted(pod):
-            client.delete_pod(str(meta["name"]), namespace, api=api, uid=meta.get("uid"))
+    delete_pods(name, namespace, _uid(body), api, view)
 
 
 def reconcile_isolated(
-    name: str, namespace: str, config: KubeConfig, now: datetime, api: Any | None = None
+    name: str,
+    namespace: str,
+    config: KubeConfig,
+    now: datetime,
+    api: Any | None = None,
+    view: ClusterView | None = None,
+    body: Mapping[str, Any] | None = None,
 ) -> Decision | None:
     """:func:`reconcile_job`, whatever this GPUJob's data does: an error in the job itself
     (:func:`permanent_failure`) ends it FAILED through the engine (:func:`fail_unexpected`); a fault
     around it propagates (the caller retries the pass)."""
     try:
-        return reconcile_job(name, namespace, config, now, api)
+        return reconcile_job(name, namespace, config, now, api, view, body)
     except Exception as exc:  # one GPUJob's data must not freeze it, nor stop the others
         reason = permanent_failure(exc)
         if reason is None:
@@ -327,19 +307,9 @@ def reconcile_isolated(
 
 
 def permanent_failure(exc: BaseException) -> FailureReason | None:
-    """The failure reason when ``exc`` is an error in the job itself; None for a fault around it. The
-    local controller's rule (:func:`orchestrator.controller.loop.permanent_failure`), with the API
-    server's errors for the cluster manager's: a :class:`~orchestrator.errors.GpuctlError` (each
-    ``ApiException`` is mapped to one), ``OSError`` or an unmapped ``kubernetes`` client error is
-    transient; an :class:`InternalError` or any other exception (``ValueError``, ``OverflowError``,
-    ``TypeError``, ``KeyError``, ...: gpuctl's own code met data it cannot handle) is not."""
-    if isinstance(exc, SpecError):
-        return FailureReason.INVALID_SPEC
-    if isinstance(exc, InternalError):
-        return FailureReason.INTERNAL_ERROR
-    if isinstance(exc, GpuctlError | OSError) or client.is_api_error(exc):
-        return None
-    return FailureReason.INTERNAL_ERROR
+    """The rule of every backend (:func:`host.permanent_failure`), with the API server's errors for the
+    cluster manager's: an unmapped ``kubernetes`` client error is transient too."""
+    return None if client.is_api_error(exc) else host.permanent_failure(exc)
 
 
 def fail_unexpected(
@@ -361,7 +331,7 @@ def fail_unexpected(
         return None  # the delete handler cleans up
     status = dict(body.get("status") or {})
     if _ended(status):
-        _delete_pods(name, namespace, body, api)
+        delete_pods(name, namespace, _uid(body), api)
         return None
     try:
         failed = fail(status, name, reason, message, now)
@@ -370,10 +340,9 @@ def fail_unexpected(
             "GPUJob %s/%s: its status cannot be read; failing it afresh", namespace, name, exc_info=True
         )
         failed = fail({}, name, reason, message, now)
-    final = {**failed.status, "user": namespace}
-    client.patch_gpujob_status(name, namespace, status_patch(status, final), api)
-    _delete_pods(name, namespace, body, api)
-    return replace(failed, status=final)
+    written = _write_ended(name, namespace, status, failed, api)
+    delete_pods(name, namespace, _uid(body), api)
+    return written
 
 
 def _ended(status: Mapping[str, Any]) -> bool:
@@ -389,34 +358,21 @@ def _fail_launch(name: str, namespace: str, pods_host: _Pods, message: str, now:
     """A pod could not be created: the job's pods and Service go, and the job FAILED (backend_error)
     through the engine, from the status as written now."""
     api = pods_host.api
-    cleanup_job(name, namespace, api, pods_host.owner.uid)
+    try:
+        cleanup_job(name, namespace, api, pods_host.owner.uid)
+    finally:
+        pods_host.wrote()
     status = dict(client.get_gpujob(name, namespace, api).get("status") or {})
-    failed = fail(status, name, FailureReason.BACKEND_ERROR, message, now)
-    final = {**failed.status, "user": pods_host.spec.user}
-    client.patch_gpujob_status(name, namespace, status_patch(status, final), api)
-    return replace(failed, status=final)
+    return _write_ended(
+        name, namespace, status, fail(status, name, FailureReason.BACKEND_ERROR, message, now), api
+    )
 
 
-def _fail(
-    name: str,
-    namespace: str,
-    status: dict[str, Any],
-    reason: str,
-    message: str,
-    now: datetime,
-    api: Any | None,
+def _write_ended(
+    name: str, namespace: str, status: dict[str, Any], ended: Decision, api: Any | None
 ) -> Decision:
-    failed = {**failed_status(status, reason, message, now), "user": namespace}
-    client.patch_gpujob_status(name, namespace, status_patch(status, failed), api)
-    return Decision(failed, events=(message,))
-
-
-def cleanup_job(name: str, namespace: str, api: Any | None = None, owner_uid: str | None = None) -> int:
-    """Delete the job's pods and rendezvous Service (those of the GPUJob ``owner_uid`` only, when
-    given); returns how many pods were deleted."""
-    pods = client.list_job_pods(name, namespace, api, owner_uid)
-    for pod in pods:
-        meta = pod["metadata"]
-        client.delete_pod(meta["name"], namespace, grace_s=None, api=api, uid=meta.get("uid"))
-    client.delete_service(service_name(name), namespace, api, job=name, owner_uid=owner_uid)
-    return len(pods)
+    """A GPUJob ended through the engine (failed or refused): its status written, once (its cost goes
+    to the namespace, as every pass writes)."""
+    final = {**ended.status, "user": namespace}
+    client.patch_gpujob_status(name, namespace, status_patch(status, final), api)
+    return replace(ended, status=final)

@@ -1,15 +1,8 @@
 """Right-size on Kubernetes: what a GPUJob's runs measured per GPU type, kept in its status (pure).
 
-The local and SLURM controllers measure throughput from a job's progress file inside each ledger
-segment (:mod:`orchestrator.controller.measurements`). A GPUJob has only its newest progress record
-(``status.progress``), so each pass adds the step between the record seen last pass and the newest one
-to the GPU type of the segment both fall in (a span crossing a segment boundary, a new attempt, or a
-rescale is left out, as the local controller leaves out waiting and starting). Status key
-:data:`STATUS_KEY`::
-
-    gpuMeasurements:
-      byGpuType: {H100: {steps: 120, gpuSeconds: 960.0, seconds: 60.0}}
-      last: {step: 130, time: "2026-...Z", attempt: 2}
+Each job's state keeps the throughput measured per GPU type (``JobState.measurements``, status key
+:data:`STATUS_KEY`: :mod:`orchestrator.state.progress_state`), recorded by the one host from the
+newest progress record as on every backend.
 
 Memory and utilization come from the monitors' ``status.gpuUsage`` of a job that ran on one GPU type
 only (as locally). Runs of other GPUJobs of the namespace with the same ``name`` and ``team`` (a
@@ -21,7 +14,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from datetime import datetime
 from typing import Any
 
 from orchestrator.controller.measurements import MIN_MEASURED_S
@@ -30,48 +22,6 @@ from orchestrator.spec import JobSpec
 from orchestrator.state.job_state import JobState
 
 STATUS_KEY = "gpuMeasurements"
-
-
-def _time(text: Any) -> datetime | None:
-    try:
-        return datetime.fromisoformat(str(text).replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
-def with_throughput(status: Mapping[str, Any], state: JobState) -> dict[str, Any]:
-    """``status`` with :data:`STATUS_KEY` advanced by the newest progress record (``status.progress``)."""
-    progress = status.get("progress") or {}
-    now_time, step = _time(progress.get("time")), progress.get("step")
-    if now_time is None or not isinstance(step, int) or state.attempt == 0:
-        return dict(status)
-    saved = dict(status.get(STATUS_KEY) or {})
-    by_type = {k: dict(v) for k, v in (saved.get("byGpuType") or {}).items()}
-    last = saved.get("last") or {}
-    last_time = _time(last.get("time"))
-    if last_time is not None and now_time <= last_time:
-        return dict(status)  # nothing newer
-    segment = state.open_segment
-    same_span = (
-        segment is not None
-        and last_time is not None
-        and last.get("attempt") == state.attempt
-        and segment.attempt == state.attempt
-        and segment.started_at <= last_time
-        and isinstance(last.get("step"), int)
-        and step > last["step"]
-    )
-    if same_span and segment is not None and last_time is not None:
-        seconds = (now_time - last_time).total_seconds()
-        gpus = segment.nodes * segment.placement.gpus_per_node
-        entry = by_type.setdefault(
-            segment.placement.gpu_type, {"steps": 0, "gpuSeconds": 0.0, "seconds": 0.0}
-        )
-        entry["steps"] = int(entry["steps"]) + step - int(last["step"])
-        entry["gpuSeconds"] = round(float(entry["gpuSeconds"]) + seconds * gpus, 6)
-        entry["seconds"] = round(float(entry["seconds"]) + seconds, 6)
-    point = {"step": step, "time": progress["time"], "attempt": state.attempt}
-    return {**status, STATUS_KEY: {"byGpuType": by_type, "last": point}}
 
 
 def same_job(spec: JobSpec, other: Mapping[str, Any]) -> bool:

@@ -19,21 +19,21 @@ nothing. When every pod of a spot attempt has been unschedulable for longer than
   recovery path places it there; when it would wait, the pods wait in the queue, where nothing is
   billed and they start as soon as capacity appears.
 
-The zones' availability history the policy reads (:class:`ZoneHistory`) is kept in the GPUJob's status
-under :data:`ZONE_HISTORY_KEY`, updated each pass, like the local and SLURM controllers' store.
+The zones' availability history the policy reads and the zones seen short are the job state's
+``zone_history`` (:class:`~orchestrator.state.job_state.ZoneMemory`, ``status.zoneHistory``), kept by
+every backend's store the same way.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from orchestrator.backends.base import NodePhase, Placement
 from orchestrator.backends.kubernetes.observe import pod_phase, unschedulable_since
-from orchestrator.controller.driver import run_hours
+from orchestrator.controller import host
 from orchestrator.controller.market_choice import (
     JobClock,
     MarketChoice,
@@ -42,61 +42,13 @@ from orchestrator.controller.market_choice import (
     choose_market,
 )
 from orchestrator.controller.placement import Candidates
-from orchestrator.policies import ZoneHistory
 from orchestrator.spec import JobSpec
-from orchestrator.state.job_state import JobState
-
-ZONE_HISTORY_KEY = "zoneHistory"
-"""The GPUJob status key of the zones' spot availability history (:class:`MarketMemory`)."""
-
-_HISTORY_KEYS = {
-    "observed_h": "observedH",
-    "any_available_h": "anyAvailableH",
-    "available_h": "availableH",
-    "up_runs": "upRuns",
-    "streak_h": "streakH",
-    "last_available": "lastAvailable",
-}
+from orchestrator.state.job_state import JobState, ZoneMemory
 
 
-def _iso(t: datetime) -> str:
-    return t.isoformat().replace("+00:00", "Z")
-
-
-def _time(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
-
-
-@dataclass(frozen=True)
-class MarketMemory:
-    """What the operator remembers of the market between passes (in the GPUJob's status)."""
-
-    history: ZoneHistory = field(default_factory=ZoneHistory.empty)
-    at: datetime | None = None
-    """When ``history`` was last updated."""
-    short_seen: Mapping[str, datetime] = field(default_factory=dict)
-    """Zone -> when a spot attempt's pods were last seen unschedulable past the limit there."""
-
-    @classmethod
-    def from_status(cls, status: Mapping[str, Any]) -> MarketMemory:
-        saved = status.get(ZONE_HISTORY_KEY) or {}
-        history = ZoneHistory(**{k: saved[key] for k, key in _HISTORY_KEYS.items() if key in saved})
-        at = _time(saved["at"]) if saved.get("at") else None
-        short = {zone: _time(t) for zone, t in (saved.get("spotShortSeen") or {}).items()}
-        return cls(history, at, short)
-
-    def to_status(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
-            key: (dict(v) if isinstance(v := getattr(self.history, k), Mapping) else v)
-            for k, key in _HISTORY_KEYS.items()
-        }
-        if self.at is not None:
-            data["at"] = _iso(self.at)
-        data["spotShortSeen"] = {zone: _iso(t) for zone, t in self.short_seen.items()}
-        return data
-
-    def short_zones(self, now: datetime, retry_after_s: float) -> set[str]:
-        return {z for z, seen in self.short_seen.items() if (now - seen).total_seconds() < retry_after_s}
+def short_zones(memory: ZoneMemory, now: datetime, retry_after_s: float) -> set[str]:
+    """The zones seen short of spot less than ``retry_after_s`` ago."""
+    return {z for z, seen in memory.spot_short_seen.items() if (now - seen).total_seconds() < retry_after_s}
 
 
 def as_candidates(candidates: Candidates | tuple[Placement | None, Placement | None]) -> Candidates:
@@ -117,7 +69,7 @@ def short_zone(
     """The current spot attempt's zone when every node not ended has a pod that has been unschedulable
     for longer than ``after_s``; else None."""
     placement = state.placement
-    if placement is None or placement.market != "spot" or not active_nodes:
+    if placement is None or not placement.spot or not active_nodes:
         return None
     for node in active_nodes:
         pod = pods_by_node.get(node)
@@ -136,7 +88,7 @@ def reclaimed_zone(
     """The current spot attempt's zone when the market is taking back one of its nodes (a pod seen
     PREEMPTED: disrupted, evicted or exited as preempted, not merely queued); else None."""
     placement = state.placement
-    if placement is None or placement.market != "spot":
+    if placement is None or not placement.spot:
         return None
     for node in active_nodes:
         pod = pods_by_node.get(node)
@@ -150,7 +102,7 @@ def scheduled_zone(
 ) -> str | None:
     """The current spot attempt's zone when one of its pods got a node (so spot capacity is there)."""
     placement = state.placement
-    if placement is None or placement.market != "spot":
+    if placement is None or not placement.spot:
         return None
     scheduled = any(
         pods_by_node[n].get("spec", {}).get("nodeName") for n in active_nodes if n in pods_by_node
@@ -159,7 +111,7 @@ def scheduled_zone(
 
 
 def remember(
-    memory: MarketMemory,
+    memory: ZoneMemory | None,
     spec: JobSpec,
     found: Candidates,
     state: JobState,
@@ -168,27 +120,29 @@ def remember(
     now: datetime,
     retry_after_s: float,
     reclaimed: str | None = None,
-) -> tuple[MarketView, MarketMemory]:
+) -> tuple[MarketView, ZoneMemory]:
     """The market view of this pass (a zone short of spot offers no capacity), and the memory updated:
     the zone seen short, reclaimed or scheduled now, the history watched since the last pass (not once
     ended)."""
-    seen = dict(memory.short_seen)
+    memory = memory or ZoneMemory()
+    seen = dict(memory.spot_short_seen)
     if scheduled is not None:
         seen.pop(scheduled, None)
     if short is not None:
         seen[short] = now
     if reclaimed is not None and len(found.spot_by_zone) > 1:  # see the module's docstring
         seen[reclaimed] = now
-    memory = dataclasses.replace(memory, short_seen=seen)
-    short_now = memory.short_zones(now, retry_after_s)
+    memory = memory.model_copy(update={"spot_short_seen": seen})
+    short_now = short_zones(memory, now, retry_after_s)
     zones = tuple(
         ZoneMarket(zone, spot, 0 if zone in short_now else None) for zone, spot in found.spot_by_zone.items()
     )
     tick_h = max(0.0, (now - memory.at).total_seconds() / 3600.0) if memory.at else 0.0
     if not state.status.terminal:
         up = {z.zone: (z.capacity is None or z.capacity >= spec.resources.min_nodes) for z in zones}
-        memory = dataclasses.replace(memory, history=memory.history.updated(tick_h, up), at=now)
-    market = MarketView(zones, found.on_demand, memory.history, tick_h, run_hours(state.segments, spec, now))
+        memory, tick_h = host.watched(memory, up, now)
+    history = host.zone_history(memory)
+    market = MarketView(zones, found.on_demand, history, tick_h, host.run_hours(state.segments, spec, now))
     return market, memory
 
 

@@ -14,24 +14,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Protocol
 
-from orchestrator.catalog.offers import MarketKind
 from orchestrator.spec import JobSpec
-
-
-@dataclass(frozen=True)
-class Placement:
-    """Where an attempt (or a segment of it) runs. Prices are per node-hour."""
-
-    gpu_type: str
-    market: MarketKind
-    cloud: str
-    region: str
-    zone: str
-    instance_type: str
-    gpus_per_node: int
-    node_price_usd_per_hour: float
-    on_demand_node_price_usd_per_hour: float
-    price_source: str
+from orchestrator.state.placement import Placement as Placement
 
 
 class NodePhase(StrEnum):
@@ -103,6 +87,9 @@ class LaunchRequest:
     attempt_nodes: int | None = None
     """How many nodes the whole attempt has (``node_ids`` may be only the ones still to start, after a
     restart of the controller); None: ``node_ids`` are all of them."""
+    deadline: datetime | None = None
+    """The job's deadline, resolved once at admission (None: no deadline); a backend with a time limit
+    per attempt (SLURM's ``--time``) asks for the time left to it."""
 
 
 @dataclass(frozen=True)

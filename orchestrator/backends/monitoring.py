@@ -40,12 +40,7 @@ ENV_ADDR = "GPUCTL_MONITOR_ADDR"
 OPTIONS_KEY = "monitor"
 """Key of the monitor settings in a job's stored options."""
 
-SUMMARY_PREFIX = "monitor-summary-"
 CLOUDS = ("none", "aws", "gcp", "auto")
-
-
-def summary_file_name(node: str) -> str:
-    return f"{SUMMARY_PREFIX}{node}.jsonl"
 
 
 def parse_source(text: str) -> str:

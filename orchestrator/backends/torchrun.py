@@ -6,8 +6,8 @@ and ``init_process_group`` then writes its keys (each rank's gloo or NCCL addres
 store on every restart, unprefixed. A restarted rank can read the address a rank of the previous
 world left there, before the new rank overwrites it: it connects to a dead port ("Gloo connectFullMesh
 failed ... Connection refused") and the new world fails, to be tried again (each retry is a race
-again), or it waits for peers that never come and hangs. A SLURM survivor of a lost node took minutes
-to train on, and growing a live world hung (pytorch/pytorch issue 135712).
+again), or it waits for peers that never come and hangs: a SLURM survivor of a lost node takes minutes
+to train again, and growing a live world hangs (pytorch/pytorch issue 135712).
 With the store not shared, each rendezvous round gives the workers a store of their own, with no
 keys of an earlier world in it.
 

@@ -10,21 +10,16 @@ import csv
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from enum import StrEnum
 from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from orchestrator.errors import UserError
+from orchestrator.spec.market import MarketKind as MarketKind
 
 if TYPE_CHECKING:
     from orchestrator.catalog.quirks import SetAside
-
-
-class MarketKind(StrEnum):
-    SPOT = "spot"
-    ON_DEMAND = "on-demand"
 
 
 @dataclass(frozen=True)

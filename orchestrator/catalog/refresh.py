@@ -19,6 +19,7 @@ from typing import Any
 from orchestrator.catalog.offers import Offer, builtin_offers
 from orchestrator.catalog.override import override_path, write_override
 from orchestrator.errors import TemporaryError, UserError
+from orchestrator.times import iso_z
 
 LINUX = "Linux/UNIX"
 PRICING_REGION = "us-east-1"
@@ -148,7 +149,7 @@ def refresh_aws(
     from botocore.exceptions import BotoCoreError, ClientError
 
     moment = (now or datetime.now(UTC)).replace(microsecond=0)
-    source = f"aws live {moment.isoformat().replace('+00:00', 'Z')}"
+    source = f"aws live {iso_z(moment)}"
     wanted_gpus = {g.lower() for g in gpu_types} if gpu_types else None
     base = [
         o

@@ -25,6 +25,7 @@ from orchestrator.backends.slurm import SlurmBackend, load_cluster_config
 from orchestrator.backends.slurm.config import CONFIG_ENV as SLURM_CONFIG_ENV
 from orchestrator.backends.slurm.placements import own_placements
 from orchestrator.cli import kube_jobs, slurm_cmd
+from orchestrator.cli.avoidable_view import diagnose_job
 from orchestrator.cli.job_filters import JobFilter, add_list_filters, watch
 from orchestrator.cli.log_files import LogView, print_logs
 from orchestrator.cli.output import add_output_option, print_json, print_notes
@@ -50,8 +51,9 @@ from orchestrator.controller.placement import Candidates, candidates_for
 from orchestrator.costs.budgets import load_cost_config, team_month_spent
 from orchestrator.errors import NotFoundError, SpecError, UserError
 from orchestrator.home import home_dir
-from orchestrator.spec import JobSpec, load_spec_file, parse_deadline
+from orchestrator.spec import JobSpec, load_spec_file
 from orchestrator.state.forecast import forecast
+from orchestrator.state.job_dir import JobDir
 from orchestrator.state.job_state import JobState
 from orchestrator.state.records import JobRecord
 from orchestrator.state.row_check import DamagedRow
@@ -232,7 +234,7 @@ def run_submit(args: argparse.Namespace) -> int:
     backend.own_placements(spec)  # SLURM: the preflight (partitions and GRES types exist, via sinfo)
     lock = ControllerLock(store.home, args.backend)
     check_references_now(spec, controller_elsewhere=lock.held_elsewhere())  # secrets files, from_env
-    deadline = parse_deadline(spec.goals.deadline, now) if spec.goals.deadline else None
+    deadline = spec.goals.deadline.resolve(now) if spec.goals.deadline else None
     options: dict[str, Any] = {"market": _market_options(args)}
     source = args.monitor_source or os.environ.get(monitoring.ENV_SOURCE)
     if source:  # kept with the job: a controller started elsewhere starts the same monitors
@@ -383,7 +385,7 @@ def job_document(store: JobStore, job_id: str, running: dict[str, bool] | None =
     """The job's status document; rows of it that are damaged are left out (and noted in ``store``).
     ``running``: whether a controller runs, by backend, asked once per command (filled in here)."""
     job = store.job(job_id)
-    progress = read_progress(store.job_dir(job.id) / "progress.jsonl")
+    progress = read_progress(JobDir(store.job_dir(job.id)).progress)
     usage = UsageStore(store).usage(job.id)
     try:
         state: JobState | None = load_state(store, job.id)
@@ -397,6 +399,14 @@ def job_document(store: JobStore, job_id: str, running: dict[str, bool] | None =
     document = local_document(job, store.segments(job.id), progress, store.summary(job.id), gpu_usage=usage,
                               state=state, forecast=found, managed=_managed(store, job, running))  # fmt: skip
     return document.as_json()
+
+
+def job_status(store: JobStore, job_id: str) -> dict[str, Any]:
+    """``gpuctl status JOB -o json``: the job's document with its findings priced (``avoidable``), which
+    ``gpuctl list`` leaves null (it would diagnose every job)."""
+    doc = job_document(store, job_id)
+    doc["avoidable"] = diagnose_job(store, store.job(job_id)).avoidable.to_dict()
+    return doc
 
 
 def _managed(store: JobStore, job: JobRecord, running: dict[str, bool] | None) -> bool | None:
@@ -451,7 +461,7 @@ def run_status(args: argparse.Namespace) -> int:
         _use_cluster_config(args)
         return slurm_cmd.status(args.job, load_cluster_config(), args.output)
     store = JobStore(read_only=True)
-    print_status(job_document(store, store.job(args.job).id), args.output)  # a damaged job: the error
+    print_status(job_status(store, store.job(args.job).id), args.output)  # a damaged job: the error
     print_notes(store.damaged.values())  # rows of it left out
     return 0
 

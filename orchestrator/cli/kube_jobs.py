@@ -16,6 +16,7 @@ from typing import Any
 from orchestrator.backends.kubernetes import client
 from orchestrator.backends.kubernetes.config import PRICE_CATALOG_ENV
 from orchestrator.backends.kubernetes.manifests import LABEL_ATTEMPT, LABEL_NODE_INDEX, check_kube_env
+from orchestrator.backends.kubernetes.status_model import GpuJobStatus
 from orchestrator.cli.log_files import LinePrinter, LogView, split_api_time
 from orchestrator.cli.output import usd
 from orchestrator.cli.status_document import kubernetes_document
@@ -26,6 +27,7 @@ from orchestrator.costs.budgets import CostConfig, TeamBudget, gpujob_month_spen
 from orchestrator.errors import GpuctlError, NotFoundError, PermanentError
 from orchestrator.spec import JobSpec
 from orchestrator.terminal import terminal_text
+from orchestrator.times import parse_iso_or_none
 
 TERMINAL_STATES = ("SUCCEEDED", "FAILED", "CANCELLED")
 FOLLOW_POLL_S = 2.0
@@ -95,7 +97,13 @@ def submit(
 
 
 def status(name: str, namespace: str, output: str) -> int:
-    print_status(gpujob_document(client.get_gpujob(name, namespace)), output)
+    """``gpuctl status NAME --backend kubernetes``: the GPUJob's document with its findings priced
+    (``avoidable``, from its ``status.gpuUsage``), as `gpuctl status` shows a local job."""
+    from orchestrator.cli.document_avoidable import document_avoidable
+
+    doc = gpujob_document(client.get_gpujob(name, namespace))
+    doc["avoidable"] = document_avoidable(doc).to_dict()
+    print_status(doc, output)
     return 0
 
 
@@ -105,11 +113,8 @@ def list_jobs(namespace: str, output: str) -> int:
 
 
 def _when(text: str) -> datetime:
-    try:
-        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return datetime.min.replace(tzinfo=UTC)
-    return when if when.tzinfo else when.replace(tzinfo=UTC)
+    """The moment ``text`` names; the earliest one for damaged text (it sorts first)."""
+    return parse_iso_or_none(text) or datetime.min.replace(tzinfo=UTC)
 
 
 def job_events(name: str, namespace: str) -> list[dict[str, str]]:
@@ -117,11 +122,15 @@ def job_events(name: str, namespace: str) -> list[dict[str, str]]:
     core/v1 Events about it (the operator posts each state change and monitor message as one). A user
     not allowed to list Events still gets the conditions, and a note on standard error."""
     obj = client.get_gpujob(name, namespace)
+    conditions = GpuJobStatus.read(obj.get("status") or {}).display.conditions or []
     found = [
-        {"time": str(c.get("lastTransitionTime") or ""), "kind": f"{c.get('type')}={c.get('status')}",
-         "message": str(c.get("message") or c.get("reason") or "")}
-        for c in (obj.get("status") or {}).get("conditions", [])
-    ]  # fmt: skip
+        {
+            "time": c.last_transition_time or "",
+            "kind": f"{c.type}={c.status}",
+            "message": c.message or c.reason or "",
+        }
+        for c in conditions
+    ]
     try:
         posted = client.list_gpujob_events(name, namespace)
     except PermanentError as err:

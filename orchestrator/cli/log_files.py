@@ -36,6 +36,7 @@ from orchestrator.backends.output_log import split_time
 from orchestrator.backends.torchrun import AGENT_SIGNAL_EXCEPTION
 from orchestrator.errors import NotFoundError, PermanentError
 from orchestrator.home import open_regular_file
+from orchestrator.state.job_dir import ATTEMPT_PREFIX, OUTPUT_LOG, SLURM_OUTPUT_PREFIX
 from orchestrator.terminal import terminal_text
 
 CHUNK = 64 * 1024
@@ -244,13 +245,13 @@ class LogSource:
 
     @classmethod
     def of(cls, path: Path) -> LogSource:
-        attempt = _number_after("attempt-", path.parent.parent.name)
-        if attempt is not None and path.name == "output.log":
+        attempt = _number_after(ATTEMPT_PREFIX, path.parent.parent.name)
+        if attempt is not None and path.name == OUTPUT_LOG:
             node = path.parent.name
-            return cls(attempt, node, f"attempt-{attempt}/{node.rsplit('-', 1)[-1]}")
-        attempt = _number_after("slurm-attempt-", path.name.removesuffix(".out"))
+            return cls(attempt, node, f"{ATTEMPT_PREFIX}{attempt}/{node.rsplit('-', 1)[-1]}")
+        attempt = _number_after(SLURM_OUTPUT_PREFIX, path.name.removesuffix(".out"))
         if attempt is not None:
-            return cls(attempt, None, f"attempt-{attempt}")
+            return cls(attempt, None, f"{ATTEMPT_PREFIX}{attempt}")
         return cls(None, None, path.name)
 
     def matches(self, attempt: int | None, node: str | None) -> bool:

@@ -32,7 +32,7 @@ from orchestrator.controller.market_choice import changeover_hours
 from orchestrator.errors import UserError
 from orchestrator.policies.simulator import SimJob
 from orchestrator.policies.traces import AvailabilityTrace
-from orchestrator.spec import GpuChoice, JobSpec, load_spec_file, parse_deadline
+from orchestrator.spec import GpuChoice, JobSpec, load_spec_file
 
 SHARED_TRACES = Path("shared") / "data" / "spot-traces" / "availability" / "1-node" / "aws-02-15-2023"
 """The shared AWS traces (next to a gpuctl checkout): what the example command line points at."""
@@ -109,7 +109,7 @@ _NUMBERS = (
 def _deadline_hours(spec: JobSpec, now: datetime) -> float | None:
     if not spec.goals.deadline:
         return None
-    return (parse_deadline(spec.goals.deadline, now) - now).total_seconds() / 3600
+    return (spec.goals.deadline.resolve(now) - now).total_seconds() / 3600
 
 
 def _from_spec(key: str, spec: JobSpec | None, now: datetime) -> float | None:

@@ -20,6 +20,7 @@ from orchestrator.cli.status_document import slurm_document
 from orchestrator.cli.views import print_status
 from orchestrator.home import home_dir
 from orchestrator.spec import load_spec_file
+from orchestrator.state.job_dir import JobDir, job_dir_path
 
 
 def register(sub: Any) -> None:
@@ -46,7 +47,7 @@ def run_sbatch(args: argparse.Namespace) -> int:
     config = load_cluster_config(args.cluster_config)
     job_id = f"{spec.name}-{datetime.now(UTC):%Y%m%d-%H%M%S}"
     home = home_dir()
-    job_dir = Path(args.job_dir).resolve() if args.job_dir else home / "jobs" / job_id
+    job_dir = Path(args.job_dir).resolve() if args.job_dir else job_dir_path(home, job_id)
     request = request_for(spec, job_id, job_dir, config)
     backend = SlurmBackend(config)
     if args.dry_run:
@@ -59,12 +60,17 @@ def run_sbatch(args: argparse.Namespace) -> int:
     job = backend.find(job_id)
     slurm_id = job.job_id if job else "?"
     print(f"submitted {job_id} as SLURM job {slurm_id}")
-    print(f"  logs: {request.job_dir / f'slurm-attempt-{request.attempt}.out'}")
+    print(f"  logs: {JobDir(request.job_dir).slurm_output(request.attempt)}")
     print(f"  checkpoints: {request.checkpoint_dir}")
     return 0
 
 
 def status(name_or_id: str, config: SlurmClusterConfig, output: str = "table") -> int:
-    """``gpuctl status JOB --backend slurm``: what SLURM says now, no controller state needed."""
-    print_status(slurm_document(status_from_slurm(name_or_id, config)).as_json(), output)
+    """``gpuctl status JOB --backend slurm``: what SLURM says now, no controller state needed; its
+    ``avoidable`` spend is "not measured" (SLURM keeps neither step timings nor GPU use)."""
+    from orchestrator.cli.document_avoidable import document_avoidable
+
+    doc = slurm_document(status_from_slurm(name_or_id, config)).as_json()
+    doc["avoidable"] = document_avoidable(doc).to_dict()
+    print_status(doc, output)
     return 0

@@ -13,18 +13,20 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.backends.base import Progress
+from orchestrator.backends.kubernetes.status_model import Condition, GpuJobStatus
 from orchestrator.backends.slurm import SlurmJobStatus
 from orchestrator.state.forecast import Forecast
 from orchestrator.state.gpu_usage import GpuUsage
-from orchestrator.state.job_state import JobState
-from orchestrator.state.records import JobRecord, SegmentRecord, segment_cost_usd
+from orchestrator.state.job_state import JobState, SegmentState
+from orchestrator.state.progress_state import ProgressState
+from orchestrator.state.records import JobRecord, SegmentRecord
 from orchestrator.state.status import JobStatus
+from orchestrator.times import iso_z, parse_iso
 
 SCHEMA_ID = "https://gpuctl.dev/schemas/status-document.json"
-_GPU_USAGE = TypeAdapter(GpuUsage)
 
 
 class _Part(BaseModel):
@@ -78,26 +80,12 @@ class ForecastDoc(_Part):
     @classmethod
     def of(cls, found: Forecast) -> ForecastDoc:
         return cls(
-            finish_at=found.finish_at.isoformat(), eta_seconds=round(found.eta_seconds, 3),
+            finish_at=iso_z(found.finish_at), eta_seconds=round(found.eta_seconds, 3),
             steps_per_second=found.steps_per_second, cost_to_finish_usd=_money(found.cost_to_finish_usd),
             cost_to_finish_on_demand_usd=_money(found.cost_to_finish_on_demand_usd),
             projected_cost_usd=_money(found.projected_cost_usd), deadline_at_risk=found.deadline_at_risk,
             budget_at_risk=found.budget_at_risk,
         )  # fmt: skip
-
-    @classmethod
-    def from_status(cls, written: Any) -> ForecastDoc | None:
-        """The operator's ``status.forecast`` (camelCase); None when absent or unreadable."""
-        if not isinstance(written, dict):
-            return None
-        try:
-            return cls.model_validate({_snake(k): v for k, v in written.items()})
-        except ValidationError:
-            return None
-
-
-def _snake(name: str) -> str:
-    return "".join(f"_{c.lower()}" if c.isupper() else c for c in name)
 
 
 class StatusDocument(_Part):
@@ -139,6 +127,12 @@ class StatusDocument(_Part):
     progress: ProgressDoc | None = Field(description="the newest training progress line, if any")
     metrics: dict[str, Any] | None = Field(description="final metrics the training script reported")
     gpu_usage: GpuUsage | None = Field(description="what the GPU monitors measured; null until a window")
+    avoidable: dict[str, Any] | None = Field(
+        default=None,
+        description="`gpuctl status JOB` of a stored job: its diagnosis findings priced in USD (fixes, "
+        "avoidable_remaining_usd, avoidable_month_usd, measured, not_measured; see docs/monitor.md); "
+        "null where not computed (`gpuctl list`, SLURM asked directly, Kubernetes)",
+    )
     backend_details: dict[str, Any] = Field(description="what only this backend has (see docs/output.md)")
 
     def as_json(self) -> dict[str, Any]:
@@ -153,7 +147,7 @@ def status_json_schema() -> dict[str, Any]:
 
 
 def _iso(t: datetime | None) -> str | None:
-    return t.isoformat() if t is not None else None
+    return iso_z(t) if t is not None else None
 
 
 def _money(x: float) -> float:
@@ -168,13 +162,13 @@ def _record_segment(s: SegmentRecord, now: datetime) -> SegmentDoc:
     return SegmentDoc(
         attempt=s.attempt, gpu_type=s.gpu_type, market=s.market, instance_type=s.instance_type,
         cloud=s.cloud, zone=s.zone, nodes=s.nodes, gpus_per_node=s.gpus_per_node,
-        started_at=s.started_at.isoformat(), ended_at=_iso(s.ended_at), end_reason=s.end_reason,
+        started_at=iso_z(s.started_at), ended_at=_iso(s.ended_at), end_reason=s.end_reason,
         node_price_usd_per_hour=s.node_price_usd_per_hour, price_source=s.price_source,
         cost_usd=_money(s.cost_usd(now)),
     )  # fmt: skip
 
 
-def _ledger_totals(segments: list[SegmentRecord], now: datetime) -> dict[str, float]:
+def _ledger_totals(segments: list[SegmentRecord], now: datetime) -> dict[str, Any]:
     cost = sum(s.cost_usd(now) for s in segments)
     on_demand = sum(s.on_demand_equivalent_usd(now) for s in segments)
     return {
@@ -201,7 +195,7 @@ def local_document(job: JobRecord, segments: list[SegmentRecord], progress: Prog
         failure_reason=job.failure_reason.value if job.failure_reason else None, message=job.message,
         waiting_reason=waiting.message if waiting else None, waiting_since=_iso(waiting.since if waiting else None),
         forecast=ForecastDoc.of(forecast) if forecast is not None and job.status is JobStatus.RUNNING else None,
-        managed=None if job.status.terminal else managed, submitted_at=job.submitted_at.isoformat(), updated_at=job.updated_at.isoformat(),
+        managed=None if job.status.terminal else managed, submitted_at=iso_z(job.submitted_at), updated_at=iso_z(job.updated_at),
         attempts=job.attempts, preemptions=job.preemptions, restarts=job.restarts,
         nodes=_open_nodes(docs), **_ledger_totals(segments, now), cost_is_simulated=job.backend == "local",
         segments=docs, progress=_progress(progress), metrics=metrics, gpu_usage=gpu_usage,
@@ -253,28 +247,16 @@ def slurm_document(found: SlurmJobStatus, now: datetime | None = None) -> Status
     )  # fmt: skip
 
 
-def _time(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
-
-
-def _gpujob_segment(seg: dict[str, Any], now: datetime) -> tuple[SegmentDoc, float | None, float | None]:
-    """A segment of ``status.segments`` as written by the operator, with its on-demand cost and
-    GPU-hours (None when the operator did not write what they need)."""
-    start, end = _time(seg["start"]), _time(seg["end"]) if seg.get("end") else None
-    hours = max(0.0, ((end or now) - start).total_seconds() / 3600.0)
-    nodes = int(seg.get("nodes", 0))
-    price = seg.get("nodePriceUsdPerHour")
-    od_price, gpus = seg.get("onDemandNodePriceUsdPerHour"), seg.get("gpusPerNode")
-    doc = SegmentDoc(
-        attempt=seg.get("attempt"), gpu_type=seg.get("gpuType") or None, market=seg.get("market") or None,
-        instance_type=seg.get("instanceType"), cloud=seg.get("cloud"), zone=seg.get("zone"), nodes=nodes,
-        gpus_per_node=gpus, started_at=start.isoformat(), ended_at=_iso(end), end_reason=seg.get("endReason"),
-        node_price_usd_per_hour=price, price_source=seg.get("priceSource"),
-        cost_usd=_money(segment_cost_usd(hours, nodes, float(price or 0.0))),
+def _state_segment(seg: SegmentState, now: datetime) -> SegmentDoc:
+    """A segment of a GPUJob's state; names the operator did not write (older versions) are null."""
+    p = seg.placement
+    return SegmentDoc(
+        attempt=seg.attempt or None, gpu_type=p.gpu_type or None, market=str(p.market), instance_type=p.instance_type or None,
+        cloud=p.cloud or None, zone=p.zone or None, nodes=seg.nodes, gpus_per_node=p.gpus_per_node or None,
+        started_at=iso_z(seg.started_at), ended_at=_iso(seg.ended_at), end_reason=seg.end_reason,
+        node_price_usd_per_hour=p.node_price_usd_per_hour, price_source=p.price_source or None,
+        cost_usd=_money(seg.cost_usd(now)),
     )  # fmt: skip
-    on_demand = segment_cost_usd(hours, nodes, float(od_price)) if od_price is not None else None
-    gpu_hours = hours * nodes * int(gpus) if gpus is not None else None
-    return doc, on_demand, gpu_hours
 
 
 def _sum_or_none(values: list[float | None]) -> float | None:
@@ -282,72 +264,60 @@ def _sum_or_none(values: list[float | None]) -> float | None:
     return _money(sum(known)) if len(known) == len(values) else None
 
 
-def gpujob_usage(written: Any) -> GpuUsage | None:
-    """The operator's ``status.gpuUsage`` (null fields are left out there); None until a monitor
-    window was read, or when the operator wrote something this version cannot read."""
-    if not written:
-        return None
-    try:
-        usage = _GPU_USAGE.validate_python({"sm_activity_mean": None, **written})
-    except ValidationError:
-        return None
-    numbers = [v for v in asdict(usage).values() if isinstance(v, float)]
-    return usage if all(math.isfinite(v) for v in numbers) else None
-
-
-def gpujob_progress(written: Any) -> tuple[ProgressDoc | None, dict[str, Any] | None]:
-    """The operator's ``status.progress`` (operators/kubernetes/progress.py): the progress, and the final
-    metrics once training finished; (None, None) before a progress line, or when unreadable."""
-    if not isinstance(written, dict):
+def gpujob_progress(written: ProgressState | None) -> tuple[ProgressDoc | None, dict[str, Any] | None]:
+    """A GPUJob's ``status.progress``: the progress, and the final metrics once training finished;
+    (None, None) before a progress line."""
+    if written is None:
         return None, None
-    try:
-        doc = ProgressDoc(
-            step=written["step"],
-            total_steps=written.get("totalSteps"),
-            loss=written.get("loss"),
-            world_size=written.get("worldSize"),
-        )
-    except (KeyError, ValidationError):
-        return None, None
-    metrics = finite_metrics(written.get("metrics"))
-    return doc, metrics if written.get("finished") else None
+    doc = ProgressDoc(
+        step=written.step, total_steps=written.total_steps, loss=written.loss, world_size=written.world_size
+    )
+    return doc, finite_metrics(written.metrics) if written.finished else None
 
 
 def kubernetes_document(obj: dict[str, Any], now: datetime | None = None) -> StatusDocument:
-    """A GPUJob resource, its ``.status`` as written by the operator (operators/kubernetes/step.py)."""
+    """A GPUJob resource, its ``.status`` read through :class:`GpuJobStatus` (what the operator writes)."""
     now = now or datetime.now(UTC)
     meta = obj.get("metadata") or {}
     status = obj.get("status") or {}
-    parts = [_gpujob_segment(seg, now) for seg in status.get("segments", [])]
-    docs = [p[0] for p in parts]
-    cost = _money(sum(d.cost_usd for d in docs))
-    on_demand = _sum_or_none([p[1] for p in parts])
+    found = GpuJobStatus.read(status)
+    state, shown = found.state, found.display
+    docs = [_state_segment(seg, now) for seg in state.segments]
+    cost = _money(state.cost_usd(now))
+    on_demand = _money(sum(seg.on_demand_equivalent_usd(now) for seg in state.segments))
+    # segments of operators before the on-demand price was kept: no savings claimed, none shown
+    od_known = bool(docs) and all("onDemandNodePriceUsdPerHour" in seg for seg in status.get("segments", []))
+    gpus_known = bool(docs) and all(seg.placement.gpus_per_node for seg in state.segments)
     spec = obj.get("spec") or {}
-    progress, metrics = gpujob_progress(status.get("progress"))
-    waiting = status.get("waiting") if isinstance(status.get("waiting"), dict) else None
-    state = JobStatus(status.get("state", JobStatus.PENDING))
-    if state.terminal or state is JobStatus.RUNNING:
-        waiting = None
+    progress, metrics = gpujob_progress(state.progress)
+    waiting = None if state.status.terminal or state.status is JobStatus.RUNNING else state.waiting
+    forecast = shown.forecast if state.status is JobStatus.RUNNING else None
+    conditions = [c.model_dump(mode="json", by_alias=True, exclude_none=True) for c in shown.conditions or []]
     return StatusDocument(
-        id=meta.get("name", ""), name=meta.get("name", ""), user=status.get("user") or meta.get("namespace"),
-        team=spec.get("team"), backend="kubernetes",
-        state=state, failure_reason=status.get("failureReason"),
-        message=status.get("message"), waiting_reason=waiting.get("message") if waiting else None,
-        waiting_since=waiting.get("since") if waiting else None,
-        forecast=ForecastDoc.from_status(status.get("forecast")) if state is JobStatus.RUNNING else None,
+        id=meta.get("name", ""), name=meta.get("name", ""), user=shown.user or meta.get("namespace"),
+        team=spec.get("team") if isinstance(spec, dict) else None, backend="kubernetes",
+        state=state.status, failure_reason=state.failure_reason,
+        message=state.message or None, waiting_reason=waiting.message if waiting else None,
+        waiting_since=iso_z(waiting.since) if waiting else None,
+        forecast=ForecastDoc.model_validate(forecast.model_dump()) if forecast else None,
         submitted_at=meta.get("creationTimestamp"),
-        updated_at=_last_transition(status), attempts=int(status.get("attempt", 0)),
-        preemptions=int(status.get("preemptions", 0)), restarts=int(status.get("restarts", 0)),
-        nodes=status.get("nodes"), cost_usd=cost if docs else _money(float(status.get("costUsd", 0.0))),
-        on_demand_equivalent_usd=on_demand,
-        savings_usd=_money(on_demand - cost) if on_demand is not None else None,
-        gpu_hours=_sum_or_none([p[2] for p in parts]), cost_is_simulated=False, segments=docs,
-        progress=progress, metrics=metrics, gpu_usage=gpujob_usage(status.get("gpuUsage")),
-        backend_details={"namespace": meta.get("namespace"), "conditions": status.get("conditions", []),
-                         "gpu_monitor_message": status.get("gpuMonitorMessage")},
+        updated_at=_last_transition(shown.conditions or []), attempts=state.attempt,
+        preemptions=state.preemptions, restarts=state.restarts,
+        nodes=shown.nodes, cost_usd=cost if docs else _money(shown.cost_usd or 0.0),
+        on_demand_equivalent_usd=on_demand if od_known else None,
+        savings_usd=_money(on_demand - cost) if od_known else None,
+        gpu_hours=_money(sum(seg.hours(now) * seg.nodes * seg.placement.gpus_per_node for seg in state.segments))
+        if gpus_known else None, cost_is_simulated=False, segments=docs,
+        progress=progress, metrics=metrics, gpu_usage=_usage(shown.gpu_usage),
+        backend_details={"namespace": meta.get("namespace"), "conditions": conditions,
+                         "gpu_monitor_message": shown.gpu_monitor_message},
     )  # fmt: skip
 
 
-def _last_transition(status: dict[str, Any]) -> str | None:
-    times = [c["lastTransitionTime"] for c in status.get("conditions", []) if c.get("lastTransitionTime")]
-    return max(times, key=_time) if times else None
+def _usage(written: GpuUsage | None) -> GpuUsage | None:
+    return None if written is None else GpuUsage(**asdict(written))
+
+
+def _last_transition(conditions: list[Condition]) -> str | None:
+    times = [c.last_transition_time for c in conditions if c.last_transition_time]
+    return max(times, key=parse_iso) if times else None

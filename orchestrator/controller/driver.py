@@ -1,9 +1,10 @@
-"""The driver: gathers a :class:`JobView`, calls :func:`reconcile`, applies the actions through the engine.
+"""The local and SLURM side of the one host: the job's state in the SQL store, effects through the backend.
 
-The driver is the engine's host for the local and SLURM backends: the job's :class:`JobState` lives in
-the SQLite store, :func:`orchestrator.controller.engine.apply` computes the new state and the effects,
-the driver commits the state and then has the backend carry out the effects. (The Kubernetes operator
-hosts the same engine with the GPUJob's status as the store and pods as the effects.)
+:func:`orchestrator.controller.host.run_tick` runs a job's tick for every backend; the :class:`Driver`
+supplies, per job (:class:`SqlJob`), where its :class:`JobState` lives (the store's rows, read and
+written by :mod:`orchestrator.state.state_rows`) and how it is observed and acted on (the
+:class:`~orchestrator.backends.base.Backend`: processes, sbatch jobs), and the market it knows (each
+zone's spot capacity, the zone watch's log).
 
 Crash safety comes from ordering. All state changes of one tick are written in one transaction
 *before* any side effect; nodes are written as ``intent`` first and launched after the commit.
@@ -14,30 +15,30 @@ the controller at any instant loses nothing and launches nothing twice.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import sqlite3
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, assert_never
 
-from orchestrator.backends.base import Backend, LaunchRequest, Placement
-from orchestrator.catalog.offers import MarketKind
-from orchestrator.controller import engine
-from orchestrator.controller.actions import Action, CloseSegment, StopNodes, Transition
-from orchestrator.controller.market_choice import MarketView, ZoneMarket, changeover_hours
+from orchestrator.backends.base import Backend, LaunchRequest
+from orchestrator.controller import engine, host
+from orchestrator.controller.actions import Action
+from orchestrator.controller.host import run_hours
+from orchestrator.controller.market_choice import MarketView, ZoneMarket
 from orchestrator.controller.measurements import gpu_measurements, monitor_usage
 from orchestrator.controller.placement import Candidates, candidates_for
-from orchestrator.controller.reconcile import JobView, reconcile_and_explain
+from orchestrator.controller.reconcile import JobView
 from orchestrator.errors import SpecError
-from orchestrator.notify import JobRef, NotifyConfig, addressed, enqueue, notifications_for
-from orchestrator.policies import GpuMeasurement, ZoneHistory
+from orchestrator.notify import JobRef, Notification, NotifyConfig, addressed, enqueue, notifications_for
+from orchestrator.policies import GpuMeasurement
 from orchestrator.policies.context import MarketLog
 from orchestrator.policies.daily import MARKET_LOG_H
 from orchestrator.policies.market_log import market_log_from
 from orchestrator.spec import Checkpoint, JobSpec, MarketMode, spec_from_json
 from orchestrator.spec import RightSize as RightSizeMode
-from orchestrator.state.job_state import JobEvent, JobState, NodeLaunch, SegmentState
+from orchestrator.state.job_dir import JobDir
+from orchestrator.state.job_state import JobState, NodeLaunch, ZoneMemory
 from orchestrator.state.records import JobRecord
 from orchestrator.state.state_rows import load_state, save_state
 from orchestrator.state.status import FailureReason, JobStatus
@@ -48,16 +49,9 @@ from orchestrator.state.zone_watch import ZoneWatch
 log = logging.getLogger(__name__)
 
 
-def placement_from_dict(data: dict[str, Any]) -> Placement:
-    return Placement(**{**data, "market": MarketKind(data["market"])})
-
-
-def placement_to_dict(placement: Placement) -> dict[str, Any]:
-    return {**dataclasses.asdict(placement), "market": placement.market.value}
-
-
 class Driver:
-    """The local and SLURM hosts of the engine: state in the SQLite store, effects through the backend.
+    """The local and SLURM side of the one host (:mod:`orchestrator.controller.host`): the job's state
+    in the SQL store's rows, its effects through the backend (processes, sbatch jobs).
 
     ``notify``: the teams' notification targets (a job's own come with its spec); a tick's
     notifications are added to the store's outbox in the tick's transaction, then ``on_notify`` is
@@ -81,7 +75,7 @@ class Driver:
         """Job id -> nodes the controller has ended still run (seen at the job's last tick)."""
 
     def tick(self, job_id: str, now: datetime | None = None) -> list[Action]:
-        """One reconcile round for one job. Returns the actions applied (for tests and logs)."""
+        """One tick of one job (:func:`host.run_tick`). Returns the actions applied (for tests and logs)."""
         now = now or datetime.now(UTC)
         job = self.store.job(job_id)
         try:
@@ -92,18 +86,13 @@ class Driver:
             self._stop_ended_nodes(job, load_state(self.store, job.id), _DEFAULT_GRACE_S)
             return []  # already ended for it: only stop leftovers
         UsageStore(self.store).ingest(job.id, now)  # new GPU monitor window summaries of the job's nodes
-        state = self._finish_interrupted(job, load_state(self.store, job.id), spec, now)
-        view, observed = self._view(job, state, spec, now)
-        observed, budget_events = engine.note_budget(observed, spec.goals.budget_usd, now)
-        self.draining[job.id] = view.draining
-        actions = reconcile_and_explain(view)
-        if actions or observed != state:
-            self._apply(job, state, observed, spec, view, actions, now, budget_events)
-        return actions
+        tick = host.run_tick(SqlJob(self, job, spec), now)
+        self.draining[job.id] = tick.view.draining
+        return list(tick.actions)
 
     def fail(self, job_id: str, reason: FailureReason, message: str, now: datetime) -> bool:
-        """End a job the ticks cannot get past (an error in its data): FAILED with ``reason``, an event,
-        its open segment closed and its nodes stopped. Returns False when the job had already ended."""
+        """End a job the ticks cannot get past (an error in its data): :func:`host.fail`, its
+        notifications, then its nodes stopped. Returns False when the job had already ended."""
         job = self.store.job(job_id)
         state = load_state(self.store, job.id)
         if state.status.terminal:
@@ -114,18 +103,15 @@ class Driver:
             grace = spec.checkpoint.notice_grace_seconds
         except SpecError:  # a broken spec: its own notify targets are lost, the team's still hear
             spec, grace = None, _DEFAULT_GRACE_S
-        actions: list[Action] = [StopNodes((), grace, "failed")]
-        if state.open_segment is not None:
-            actions.append(CloseSegment("failed"))
-        actions.append(Transition(JobStatus.FAILED, message, reason))
-        alive = state.node_ids(NodeLaunch.INTENT) + state.node_ids(NodeLaunch.LAUNCHED)
-        applied = engine.apply(actions, state, job.id, alive, now)
+        applied = host.fail(state, job.id, reason, message, now, grace)
+        mode = spec.market.mode if spec is not None else MarketMode.SPOT_WITH_FALLBACK
+        notes = notifications_for(_ref(job), mode, state, applied.state, applied.events, now)
         with self.store.transaction() as conn:
             save_state(conn, job.id, state, applied.state, applied.events, now)
-            notified = self._enqueue_notifications(conn, job, spec, state, applied.state, applied.events, now)
+            notified = self._enqueue(conn, job, spec, notes, now)
         self._notified(notified)
         try:
-            self._carry_out(job, None, applied)
+            self._carry_out(job, None, applied.state, applied.effects)
         except Exception:  # the next ticks stop nodes marked ended
             log.warning("job %s: stopping its nodes failed; retried next tick", job.id, exc_info=True)
         return True
@@ -144,85 +130,50 @@ class Driver:
         if intents and not state.status.terminal:
             state = self._launch(job, spec, state, intents)
         self._stop_ended_nodes(job, state, spec.checkpoint.notice_grace_seconds)
-        spot = state.placement is not None and state.placement.market == MarketKind.SPOT.value
+        spot = state.placement is not None and state.placement.spot
         grace = spec.checkpoint.notice_grace_seconds
         self.backend.tick(job.id, state.attempt, list(state.node_ids()), spot, grace, now)
         return state
 
-    # --- 1. what the reconcile step sees ---------------------------------------------------------
-    def _view(
-        self, job: JobRecord, state: JobState, spec: JobSpec, now: datetime
-    ) -> tuple[JobView, JobState]:
-        """The reconcile step's view, and the state with what was observed of it (notices) recorded."""
+    # --- 1. what the backend and the store say of the job now -----------------------------------
+    def _observe(self, job: JobRecord, state: JobState, spec: JobSpec, now: datetime) -> host.Observation:
         active_ids = [n.node_id for n in state.attempt_nodes if n.launch is not NodeLaunch.ENDED]
         observation = self.backend.observe(job.id, state.attempt, active_ids) if state.attempt else None
         ended_ids = list(state.node_ids(NodeLaunch.ENDED))
         ended_seen = self.backend.observe(job.id, state.attempt, ended_ids).nodes if ended_ids else ()
-        draining = any(not n.phase.ended for n in ended_seen)
         seen = [*(observation.nodes if observation else ()), *ended_seen]
-        observed = engine.record_notices(state, {n.node_id: n.notice_at for n in seen if n.notice_at})
-        open_segment = state.open_segment
-        progress = observation.progress if observation else None
-        observed = engine.record_progress(observed, progress)
-        fresh = bool(progress and progress.time and open_segment and progress.time >= open_segment.started_at)
-        attempt_start = min(
-            (s.started_at for s in state.segments if s.attempt == state.attempt), default=None
-        )
-        attempt_finished = bool(
-            progress
-            and progress.finished
-            and progress.time
-            and attempt_start
-            and progress.time >= attempt_start
-        )
         sizing = state.right_size
-        market = self._market_view(
+        market, memory = self._market_view(
             job, spec, sizing.gpu_type if sizing and sizing.apply else None, state, now
         )
         placing = state.status in (JobStatus.PLACING, JobStatus.RECOVERING, JobStatus.RESCALING)
         measurements: tuple[GpuMeasurement, ...] = ()
         if placing and spec.policies.right_size is not RightSizeMode.OFF:
             measurements = gpu_measurements(self.store, job, now, monitor_usage(self.store))
-        placement = engine.placement_of(state.placement)
+        placement = state.placement
         zone = placement.zone if placement else (market.zones[0].zone if market.zones else "")
         capacity = {z.zone: z.capacity for z in market.zones}
-        view = JobView(
-            spec=spec,
-            status=state.status,
-            now=now,
-            submitted_at=job.submitted_at,
-            deadline=job.deadline,
-            attempt=state.attempt,
-            placement=placement,
+        running = state.status is JobStatus.RUNNING
+        return host.Observation(
             nodes=observation.nodes if observation else (),
-            open_segment_nodes=open_segment.nodes if open_segment else None,
-            progress=progress,
-            progress_fresh=fresh,
-            attempt_finished=attempt_finished,
-            draining=draining,
-            preempted_in_attempt=observed.preempted_in_attempt
-            or any(n.notice_at is not None for n in observed.attempt_nodes),
+            notices={n.node_id: n.notice_at for n in seen if n.notice_at},
+            draining=any(not n.phase.ended for n in ended_seen),
+            progress=observation.progress if observation else None,
+            market=market,
+            zone_history=memory,
             spot_capacity=capacity[zone]
             if zone in capacity
             else self.backend.spot_capacity(job.id, zone, now),
-            market=market,
             measurements=measurements,
-            right_size_pick=sizing.gpu_type if sizing else None,
-            cost_usd=state.cost_usd(now),
-            restarts=state.restarts,
-            preemptions=state.preemptions,
+            gpu=UsageStore(self.store).activity(job.id) if running else None,
             cancel_requested=self.store.cancel_requested(job.id),
-            segments=observed.segments,
-            watch=observed.watch,
-            gpu=UsageStore(self.store).activity(job.id) if state.status is JobStatus.RUNNING else None,
-            waiting=observed.waiting,
         )
-        return view, observed
 
     def _market_view(
         self, job: JobRecord, spec: JobSpec, sized_type: str | None, state: JobState, now: datetime
-    ) -> MarketView:
-        """Every zone's spot offer and capacity now, and the availability history (updated and saved).
+    ) -> tuple[MarketView, ZoneMemory | None]:
+        """Every zone's spot offer and capacity now, and the availability history with this look added
+        (None once the job ended: the history is kept as it was).
 
         ``sized_type``: the GPU type right-size placed the job on (``auto``), instead of the spec's list.
         """
@@ -238,19 +189,16 @@ class Driver:
             ZoneMarket(zone, spot, self.backend.spot_capacity(job.id, zone, now))
             for zone, spot in found.spot_by_zone.items()
         )
-        saved = self.store.market_history(job.id)
-        history, tick_h = ZoneHistory.empty(), 0.0
-        if saved is not None:
-            history = ZoneHistory(**saved[1])
-            tick_h = max(0.0, (now - saved[0]).total_seconds() / 3600.0)
+        memory, kept = state.zone_history, state.zone_history
+        tick_h = max(0.0, (now - kept.at).total_seconds() / 3600.0) if kept and kept.at else 0.0
         log = self._market_log(job, spec, zones, build=not state.status.terminal)
         if not state.status.terminal:
             up = {z.zone: (z.capacity is None or z.capacity >= spec.resources.min_nodes) for z in zones}
-            history = history.updated(tick_h, up)
-            self.store.set_market_history(job.id, now, dataclasses.asdict(history))
+            memory, tick_h = host.watched(kept, up, now)
             ZoneWatch(self.store).record({z.zone: z.capacity for z in zones}, now)
         run_h = run_hours(state.segments, spec, now)
-        return MarketView(zones, found.on_demand, history, tick_h, run_h, market_log=log)
+        market = MarketView(zones, found.on_demand, host.zone_history(memory), tick_h, run_h, market_log=log)
+        return market, memory if memory is not kept else None
 
     def _market_log(
         self, job: JobRecord, spec: JobSpec, zones: Sequence[ZoneMarket], build: bool
@@ -274,60 +222,38 @@ class Driver:
         self._market_logs[job.id] = MarketLog.from_dict(kept)
         return self._market_logs[job.id]
 
-    # --- 2. apply: the engine's new state in one transaction; then its effects --------------------
-    def _apply(
-        self,
-        job: JobRecord,
-        loaded: JobState,
-        observed: JobState,
-        spec: JobSpec,
-        view: JobView,
-        actions: list[Action],
-        now: datetime,
-        budget_events: Sequence[JobEvent] = (),
-    ) -> None:
-        alive = [n.node_id for n in view.nodes if not n.phase.ended]
-        applied = engine.apply(actions, observed, job.id, alive, now)
-        notices = [
-            JobEvent("preemption_notice", f"node {n.node_id} got the notice")
-            for n, before in zip(observed.attempt_nodes, loaded.attempt_nodes, strict=False)
-            if n.notice_at is not None and before.notice_at is None
-        ]
-        events = [*notices, *budget_events, *applied.events]
+    # --- 2. persist: the tick's state in one transaction; then its effects ------------------------
+    def _persist(self, job: JobRecord, spec: JobSpec, tick: host.Tick, now: datetime) -> None:
+        if not tick.changed:
+            return
         with self.store.transaction() as conn:
-            save_state(conn, job.id, loaded, applied.state, events, now)
-            notified = self._enqueue_notifications(conn, job, spec, loaded, applied.state, events, now)
+            save_state(conn, job.id, tick.loaded, tick.state, tick.events, now)
+            notified = self._enqueue(conn, job, spec, tick.notifications, now)
         self._notified(notified)
-        self._carry_out(job, spec, applied)
-        if applied.ended:
-            self._write_summary(job.id, view)
 
-    def _enqueue_notifications(
+    def _enqueue(
         self,
         conn: sqlite3.Connection,
         job: JobRecord,
         spec: JobSpec | None,
-        old: JobState,
-        new: JobState,
-        events: Sequence[JobEvent],
+        notes: Sequence[Notification],
         now: datetime,
     ) -> int:
-        """The notifications of a tick's events, into the outbox inside the tick's transaction."""
+        """A tick's notifications, into the outbox inside the tick's transaction."""
         targets = self.notify.targets_for(job.team, spec.notify if spec is not None else ())
-        if not targets or not events:
+        if not targets or not notes:
             return 0
-        mode = spec.market.mode if spec is not None else MarketMode.SPOT_WITH_FALLBACK
-        notes = notifications_for(JobRef(job.id, job.team, job.user), mode, old, new, events, now)
         return enqueue(conn, self.backend.name, addressed(targets, notes), now)
 
     def _notified(self, count: int) -> None:
         if count and self.on_notify is not None:
             self.on_notify()
 
-    def _carry_out(self, job: JobRecord, spec: JobSpec | None, applied: engine.Applied) -> None:
+    def _carry_out(
+        self, job: JobRecord, spec: JobSpec | None, state: JobState, effects: Sequence[engine.Effect]
+    ) -> None:
         """The engine's effects, in order, after its state was committed."""
-        state = applied.state
-        for effect in applied.effects:
+        for effect in effects:
             if isinstance(effect, engine.StopNodes):
                 self.backend.stop(job.id, effect.attempt, effect.node_ids, effect.grace_s)
             elif isinstance(effect, engine.LaunchNodes):
@@ -340,7 +266,7 @@ class Driver:
 
     def _launch(self, job: JobRecord, spec: JobSpec, state: JobState, node_ids: Sequence[str]) -> JobState:
         """Hand intents to the backend (idempotent), then record them launched."""
-        placement = engine.placement_of(state.placement)
+        placement = state.placement
         assert placement is not None
         job_dir = self.store.job_dir(job.id)
         request = LaunchRequest(
@@ -351,9 +277,10 @@ class Driver:
             node_ids=list(node_ids),
             min_nodes=spec.resources.min_nodes,
             max_nodes=spec.resources.max_nodes,
-            checkpoint_dir=spec.checkpoint.path or str(job_dir / "checkpoints"),
+            checkpoint_dir=spec.checkpoint.path or str(JobDir(job_dir).checkpoints),
             job_dir=job_dir,
             attempt_nodes=len(state.attempt_nodes),
+            deadline=job.deadline,
         )
         self.backend.launch(request)
         launched = engine.mark_launched(state, node_ids)
@@ -369,6 +296,40 @@ class Driver:
         self.store.set_summary(job_id, summary)
 
 
+class SqlJob:
+    """One job of the SQL store on the driver's backend: the host's :class:`~host.JobSide` for local
+    and SLURM."""
+
+    def __init__(self, driver: Driver, job: JobRecord, spec: JobSpec) -> None:
+        self.driver, self.job, self.spec = driver, job, spec
+        self.job_id = job.id
+        self.submitted_at = job.submitted_at
+        self.ref = _ref(job)
+        self.max_passes = 1
+        """One reconcile per tick: the local and SLURM controllers tick every few seconds."""
+
+    def load(self) -> JobState:
+        return load_state(self.driver.store, self.job.id)
+
+    def finish_interrupted(self, state: JobState, now: datetime) -> JobState:
+        return self.driver._finish_interrupted(self.job, state, self.spec, now)
+
+    def observe(self, state: JobState, now: datetime) -> host.Observation:
+        return self.driver._observe(self.job, state, self.spec, now)
+
+    def persist(self, tick: host.Tick, now: datetime) -> None:
+        self.driver._persist(self.job, self.spec, tick, now)
+
+    def carry_out(self, tick: host.Tick) -> None:
+        self.driver._carry_out(self.job, self.spec, tick.state, tick.effects)
+        if tick.ended:
+            self.driver._write_summary(self.job.id, tick.view)
+
+
+def _ref(job: JobRecord) -> JobRef:
+    return JobRef(job.id, job.team, job.user)
+
+
 _DEFAULT_GRACE_S = Checkpoint().notice_grace_seconds
 
 
@@ -377,12 +338,4 @@ def stored_spec(job: JobRecord) -> JobSpec:
     return spec_from_json(job.spec_json, source=f"stored spec of job {job.id}")
 
 
-def run_hours(segments: Sequence[SegmentState], spec: JobSpec, now: datetime) -> float:
-    """Hours the job held nodes, less one changeover per attempt: its work done, when nothing better is known."""
-    spans: dict[int, tuple[datetime, datetime]] = {}
-    for seg in segments:
-        end = seg.ended_at or now
-        first, last = spans.get(seg.attempt, (seg.started_at, end))
-        spans[seg.attempt] = (min(first, seg.started_at), max(last, end))
-    change_h = changeover_hours(spec)
-    return sum(max(0.0, (last - first).total_seconds() / 3600.0 - change_h) for first, last in spans.values())
+__all__ = ["Driver", "SqlJob", "run_hours", "stored_spec"]

@@ -13,12 +13,11 @@ does not know fails type checking and the exhaustiveness test.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import assert_never
 
 from orchestrator.backends.base import Placement, Progress
-from orchestrator.catalog.offers import MarketKind
 from orchestrator.controller import actions as act
 from orchestrator.state.job_state import (
     JobEvent as Event,
@@ -27,10 +26,11 @@ from orchestrator.state.job_state import (
     JobState,
     NodeLaunch,
     NodeState,
-    PlacementState,
     RightSizePick,
     SegmentState,
 )
+from orchestrator.state.job_state import node_id as node_id
+from orchestrator.state.job_state import node_index as node_index
 from orchestrator.state.status import JobStatus, check_transition
 from orchestrator.state.watch import WaitReason, record_step
 
@@ -76,25 +76,6 @@ class Applied:
         return any(e.status is not None and e.status.terminal for e in self.events)
 
 
-def node_id(job_id: str, attempt: int, index: int) -> str:
-    return f"{job_id}-a{attempt}-n{index}"
-
-
-def node_index(node_id: str) -> int:
-    """The index of a node in its attempt (the inverse of :func:`node_id`)."""
-    return int(node_id.rsplit("-n", 1)[1])
-
-
-def placement_state(placement: Placement) -> PlacementState:
-    return PlacementState.model_validate({**asdict(placement), "market": placement.market.value})
-
-
-def placement_of(state: PlacementState | None) -> Placement | None:
-    if state is None:
-        return None
-    return Placement(**{**state.model_dump(), "market": MarketKind(state.market)})
-
-
 @dataclass
 class _Changes:
     state: JobState
@@ -133,7 +114,7 @@ def _apply_one(c: _Changes, action: act.Action, job_id: str, alive: Sequence[str
         )
     elif isinstance(action, act.StartAttempt):
         attempt = s.attempt + 1
-        placement = placement_state(action.placement)
+        placement = action.placement
         ids = tuple(node_id(job_id, attempt, i) for i in range(action.nodes))
         c.state = s.model_copy(
             update={
@@ -286,5 +267,5 @@ def _replace_open_segment(state: JobState, **update: object) -> JobState:
     return state.model_copy(update={"segments": segments})
 
 
-def _segment_opened(placement: PlacementState, nodes: int) -> Event:
+def _segment_opened(placement: Placement, nodes: int) -> Event:
     return Event("segment", f"segment opened: {nodes} node(s) {placement.market} {placement.zone}")

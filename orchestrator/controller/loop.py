@@ -39,11 +39,13 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from orchestrator.backends.base import Backend
 from orchestrator.backends.secrets import reference_value
+from orchestrator.controller.digest import register_digest_job
 from orchestrator.controller.driver import Driver
+from orchestrator.controller.host import permanent_failure
 from orchestrator.costs.budgets import load_cost_config
 from orchestrator.costs.inputs import read_ledger
 from orchestrator.costs.schedule import register_report_job
-from orchestrator.errors import GpuctlError, InternalError, SpecError
+from orchestrator.errors import GpuctlError, SpecError
 from orchestrator.home import PRIVATE_FILE_MODE, open_regular_file
 from orchestrator.notify import DeliveryWorker, Outbox, Pending, RetryPolicy, Sender, load_notify_config
 from orchestrator.state.status import FailureReason
@@ -256,6 +258,9 @@ class Controller:
             register_report_job(
                 self.scheduler, load_cost_config(config_file), lambda: read_ledger(self.store)
             )
+            register_digest_job(  # the weekly avoidable-spend digest, when notify.avoidable_digest is set
+                self.scheduler, self.store, self.backend.name, self.driver.notify, self.notifier.wake
+            )
 
     def stop(self) -> None:
         if self.scheduler.running:
@@ -267,17 +272,6 @@ def record_notify_failed(conn: sqlite3.Connection, item: Pending, message: str) 
     """An undeliverable notification, as one ``notify_failed`` job event (in the transaction that
     removes it from the outbox)."""
     StoreWrites.event(conn, item.job_id, datetime.now(UTC), "notify_failed", _clip(message, 500))
-
-
-def permanent_failure(exc: Exception) -> FailureReason | None:
-    """The failure reason when ``exc`` is an error in the job itself; None for a transient fault."""
-    if isinstance(exc, SpecError):
-        return FailureReason.INVALID_SPEC
-    if isinstance(exc, InternalError):
-        return FailureReason.INTERNAL_ERROR
-    if isinstance(exc, GpuctlError | OSError | sqlite3.OperationalError | subprocess.SubprocessError):
-        return None
-    return FailureReason.INTERNAL_ERROR
 
 
 def _clip(text: str, limit: int) -> str:

@@ -19,10 +19,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from orchestrator.backends.base import Placement, Progress
+from orchestrator.catalog.offers import MarketKind
 from orchestrator.policies import DEFAULT_POLICY, MarketContext, ZoneHistory, market_policy
 from orchestrator.policies.context import MarketLog
 from orchestrator.policies.rescale import rescale_target
-from orchestrator.spec import JobSpec, MarketMode, parse_duration
+from orchestrator.spec import JobSpec, MarketMode
 from orchestrator.state.watch import WatchState
 
 
@@ -52,9 +53,28 @@ class MarketView:
 
 @dataclass(frozen=True)
 class MarketChoice:
+    """Launch on ``nodes`` nodes of ``placement`` now."""
+
     placement: Placement
     nodes: int
     why: str
+
+
+@dataclass(frozen=True)
+class MarketWait:
+    """No placement now, the market may offer one later: ``why`` the job waits."""
+
+    why: str
+
+
+@dataclass(frozen=True)
+class MarketRefusal:
+    """No placement ever, as the job is specified (no offer of its GPU types on the market it allows)."""
+
+    why: str
+
+
+MarketResult = MarketChoice | MarketWait | MarketRefusal
 
 
 @dataclass(frozen=True)
@@ -86,19 +106,19 @@ def work_progress(progress: Progress | None, watch: WatchState) -> Progress | No
 
 
 def changeover_hours(spec: JobSpec) -> float:
-    return parse_duration(spec.market.changeover).total_seconds() / 3600.0
+    return spec.market.changeover.total_seconds() / 3600.0
 
 
-def choose_market(spec: JobSpec, market: MarketView, clock: JobClock) -> MarketChoice | str:
-    """A placement to launch now, or a string saying why we wait (``fail:...`` when we never can)."""
+def choose_market(spec: JobSpec, market: MarketView, clock: JobClock) -> MarketResult:
+    """A placement to launch now, why the job waits, or why it never can run."""
     res = spec.resources
     mode = spec.market.mode
     od = market.on_demand
     if mode is MarketMode.ON_DEMAND or not market.zones:
         if od is None:
-            return f"fail:no on-demand offer of {', '.join(res.gpu_types)}"
+            return MarketRefusal(f"no on-demand offer of {', '.join(res.gpu_types)}")
         if mode is MarketMode.SPOT:
-            return f"fail:no spot offer of {', '.join(res.gpu_types)}"
+            return MarketRefusal(f"no spot offer of {', '.join(res.gpu_types)}")
         return MarketChoice(od, res.max_nodes, "on-demand requested" if mode is MarketMode.ON_DEMAND
                             else "no spot offer")  # fmt: skip
     up = [z for z in market.zones if _offered(z, spec) >= res.min_nodes]
@@ -109,20 +129,20 @@ def choose_market(spec: JobSpec, market: MarketView, clock: JobClock) -> MarketC
         if mode is MarketMode.SPOT_WITH_FALLBACK and od is not None:
             return MarketChoice(od, res.max_nodes, "no spot capacity, a deadline and no work estimate "
                                 "(set goals.compute_hours)")  # fmt: skip
-        return "waiting for spot capacity"
+        return MarketWait("waiting for spot capacity")
     policy = market_policy(spec.market.policy or DEFAULT_POLICY)
     decision = policy.decide(ctx)
     note = f"{policy.name}, slack {_hours(ctx)}"
-    if decision.market == "spot" and decision.zone is not None:
+    if decision.market is MarketKind.SPOT and decision.zone is not None:
         zone = next(z for z in market.zones if z.zone == decision.zone)
         return _spot(spec, zone, f"spot in {zone.zone} ({note})")
-    if decision.market == "on-demand":
+    if decision.market is MarketKind.ON_DEMAND:
         if mode is MarketMode.SPOT:
-            return f"waiting for spot capacity (market.mode spot never runs on-demand; {note})"
+            return MarketWait(f"waiting for spot capacity (market.mode spot never runs on-demand; {note})")
         if od is None:
-            return f"fail:no on-demand offer of {', '.join(res.gpu_types)}"
+            return MarketRefusal(f"no on-demand offer of {', '.join(res.gpu_types)}")
         return MarketChoice(od, res.max_nodes, f"on-demand: the deadline needs it ({note})")
-    return f"waiting for spot capacity ({note})"
+    return MarketWait(f"waiting for spot capacity ({note})")
 
 
 def leave_on_demand(spec: JobSpec, market: MarketView, clock: JobClock, current: Placement) -> str | None:
@@ -130,18 +150,22 @@ def leave_on_demand(spec: JobSpec, market: MarketView, clock: JobClock, current:
 
     Policies never leave a spot zone that still has capacity; losing it is a preemption.
     """
-    if spec.market.mode is MarketMode.ON_DEMAND or current.market.value != "on-demand" or not market.zones:
+    if (
+        spec.market.mode is MarketMode.ON_DEMAND
+        or current.market is not MarketKind.ON_DEMAND
+        or not market.zones
+    ):
         return None
     ctx = market_context(spec, market, clock, current=current)
     if ctx is None:
         return None
     policy = market_policy(spec.market.policy or DEFAULT_POLICY)
     decision = policy.decide(ctx)
-    if decision.market == "on-demand":
+    if decision.market is MarketKind.ON_DEMAND:
         return None
     where = (
         f"spot is back in {decision.zone}"
-        if decision.market == "spot"
+        if decision.market is MarketKind.SPOT
         else "the slack allows waiting for spot"
     )
     return f"leaving on-demand: {where} ({policy.name}, slack {_hours(ctx)})"
@@ -172,8 +196,8 @@ def market_context(
         on_demand_price=first.on_demand_node_price_usd_per_hour,
         zones=[z.zone for z in market.zones],
         spot_available={z.zone: _offered(z, spec) >= spec.resources.min_nodes for z in market.zones},
-        current_market=current.market.value if current else None,
-        current_zone=current.zone if current and current.market.value == "spot" else None,
+        current_market=current.market if current else None,
+        current_zone=current.zone if current and current.spot else None,
         history=market.history,
         latency_h=market.tick_h,  # a decision is carried out at this pass or the next one
         # on-demand, told to stop, may take the notice grace to save and exit; a pass sees it ended

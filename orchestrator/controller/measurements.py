@@ -15,6 +15,7 @@ from datetime import datetime
 
 from orchestrator.backends.progress import read_step_times
 from orchestrator.policies import GpuMeasurement
+from orchestrator.state.job_dir import JobDir
 from orchestrator.state.records import JobRecord, SegmentRecord
 from orchestrator.state.store import JobStore
 from orchestrator.state.usage import UsageStore
@@ -64,18 +65,23 @@ def monitor_usage(store: JobStore) -> UsageReader:
 
 
 def gpu_measurements(
-    store: JobStore, job: JobRecord, now: datetime, usage: UsageReader | None = None
+    store: JobStore,
+    job: JobRecord,
+    now: datetime,
+    usage: UsageReader | None = None,
+    jobs: Sequence[JobRecord] | None = None,
 ) -> tuple[GpuMeasurement, ...]:
-    """Per GPU type, what runs of this job (same name and team) measured; types never run are absent."""
+    """Per GPU type, what runs of this job (same name and team) measured; types never run are absent
+    (``jobs``: the runs to look at, when the caller already listed them; default every stored job)."""
     rate_sum: dict[str, float] = defaultdict(float)
     weight: dict[str, float] = defaultdict(float)
     peak: dict[str, float] = {}
     util: dict[str, list[float]] = defaultdict(list)
-    for other in store.list_jobs():
+    for other in store.list_jobs() if jobs is None else jobs:
         if other.name != job.name or other.team != job.team:
             continue
         segments = store.segments(other.id)
-        points = read_step_times(store.job_dir(other.id) / "progress.jsonl")
+        points = read_step_times(JobDir(store.job_dir(other.id)).progress)
         measured = segment_throughput(segments, points, now)
         for gpu, (rate, secs) in measured.items():
             rate_sum[gpu] += rate * secs

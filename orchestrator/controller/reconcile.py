@@ -31,7 +31,9 @@ from orchestrator.controller.actions import (
 from orchestrator.controller.market_choice import (
     JobClock,
     MarketChoice,
+    MarketRefusal,
     MarketView,
+    MarketWait,
     ZoneMarket,
     changeover_hours,
     choose_market,
@@ -173,11 +175,11 @@ def _place(view: JobView) -> list[Action]:
     if sized is not None:
         return [sized]
     choice = choose_market(spec, market_view(view), _clock(view))
-    if isinstance(choice, str):
-        if choice.startswith("fail:"):
-            return [Transition(S.FAILED, choice.removeprefix("fail:"), FailureReason.NO_CAPACITY)]
+    if isinstance(choice, MarketRefusal):
+        return [Transition(S.FAILED, choice.why, FailureReason.NO_CAPACITY)]
+    if isinstance(choice, MarketWait):
         if view.status in (S.PLACING, S.RESCALING) and view.attempt > 0:
-            return [Transition(S.RECOVERING, choice)]
+            return [Transition(S.RECOVERING, choice.why)]
         return []  # keep waiting; the driver shows the reason
     return _launch(view, choice)
 
@@ -353,7 +355,7 @@ def _growth(view: JobView, alive: int) -> int:
     room = spec.resources.max_nodes - alive
     if room <= 0:
         return 0
-    if placement.market.value == "on-demand" or view.spot_capacity is None:
+    if not placement.spot or view.spot_capacity is None:
         return room
     return max(0, min(room, view.spot_capacity - alive))
 

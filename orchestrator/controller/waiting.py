@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from orchestrator.backends.base import NodePhase
-from orchestrator.controller.market_choice import JobClock, MarketView, choose_market
+from orchestrator.controller.market_choice import JobClock, MarketChoice, MarketView, choose_market
 from orchestrator.state.status import JobStatus
 
 if TYPE_CHECKING:
@@ -44,13 +44,13 @@ def _placing(view: JobView, market: MarketView) -> Reason:
         )
     clock = JobClock(view.now, view.submitted_at, view.deadline, view.progress, view.watch)
     choice = choose_market(view.spec, market, clock)
-    if not isinstance(choice, str):
+    if isinstance(choice, MarketChoice):
         return "placing", placing_line(str(choice.placement.market), choice.placement.zone, choice.why)
     short = [
         z.zone for z in market.zones if z.capacity is not None and z.capacity < view.spec.resources.min_nodes
     ]
     zones = ", ".join(short or [z.zone for z in market.zones]) or "no allowed zone"
-    return "no_spot", f"no spot capacity in {zones} since {_since(view, 'no_spot')}; {choice}"
+    return "no_spot", f"no spot capacity in {zones} since {_since(view, 'no_spot')}; {choice.why}"
 
 
 def placing_line(market: str, zone: str, why: str) -> str:

@@ -28,7 +28,7 @@ from orchestrator.controller.actions import (
     StopNodes,
     Transition,
 )
-from orchestrator.spec import WatchdogAction, parse_duration
+from orchestrator.spec import WatchdogAction
 from orchestrator.state.forecast import Forecast, forecast_from
 from orchestrator.state.status import FailureReason, JobStatus
 from orchestrator.state.watch import IDLE_UTIL_PCT
@@ -47,7 +47,7 @@ def stall_after_s(view: JobView) -> float:
     """``watchdog.stall_after``, or the larger of 10 minutes and 20 median step times."""
     given = view.spec.watchdog.stall_after
     if given is not None:
-        return parse_duration(given).total_seconds()
+        return given.total_seconds()
     median = view.watch.median_step_s(view.segment_started_at)
     return max(MIN_STALL_AFTER_S, STALL_STEP_TIMES * median) if median else MIN_STALL_AFTER_S
 
@@ -90,7 +90,7 @@ def _idle(view: JobView) -> Alert | None:
         return None
     since = max(gpu.busy_until or start, start)
     idle_s = (gpu.measured_until - since).total_seconds()
-    limit = parse_duration(given).total_seconds()
+    limit = given.total_seconds()
     if idle_s < limit or view.watch.idle_for == since:
         return None
     return Alert(

@@ -30,6 +30,7 @@ from orchestrator.costs.ledger import Window, segment_cost
 from orchestrator.errors import UserError
 from orchestrator.spec.model import JobSpec
 from orchestrator.state.records import JobRecord, SegmentRecord, segment_cost_usd
+from orchestrator.times import parse_iso
 from orchestrator.userfiles import CONFIG_FIX, load_yaml, read_optional_text
 
 BUDGET_KEYS = ("teams", "other_teams_monthly_usd", "namespace_teams")
@@ -220,10 +221,6 @@ def team_month_spent(
     return sum(segment_cost(s, now, window).cost_usd for s in segments if s.job_id in ids)
 
 
-def _when(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
-
-
 def gpujob_month_spent(gpujobs: Iterable[Mapping[str, Any]], team: TeamMatch, now: datetime) -> float:
     """What ``team`` spent in the calendar month of ``now`` by its GPUJobs (Kubernetes keeps each job's
     segments in the GPUJob's ``status.segments``: start, end, nodes, nodePriceUsdPerHour).
@@ -236,8 +233,8 @@ def gpujob_month_spent(gpujobs: Iterable[Mapping[str, Any]], team: TeamMatch, no
         if not counts(str((obj.get("spec") or {}).get("team") or "default")):
             continue
         for seg in (obj.get("status") or {}).get("segments") or []:
-            start = max(_when(str(seg["start"])), window.start)
-            end = min(_when(str(seg["end"])) if seg.get("end") else now, window.end, now)
+            start = max(parse_iso(str(seg["start"])), window.start)
+            end = min(parse_iso(str(seg["end"])) if seg.get("end") else now, window.end, now)
             hours = max(0.0, (end - start).total_seconds() / 3600.0)
             total += segment_cost_usd(
                 hours, int(seg.get("nodes", 0)), float(seg.get("nodePriceUsdPerHour") or 0.0)

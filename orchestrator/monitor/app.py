@@ -11,13 +11,14 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Protocol, TextIO, cast
 
 from orchestrator.contract import ENV_JOB_ID, ENV_NOTICE_FILE
 from orchestrator.errors import EnvironmentProblem, TemporaryError, UserError
 from orchestrator.monitor.metrics import GpuCollector, MetricsServer
 from orchestrator.monitor.notices import NoticeNotifier, NoticeWatcher, make_notice_source
 from orchestrator.monitor.progress_lines import ProgressFollower
+from orchestrator.monitor.push import Pusher, PushTarget, PushThread, TeeStream
 from orchestrator.monitor.samples import GpuSample, ReplaySource
 from orchestrator.monitor.summary import (
     DEFAULT_IDLE_THRESHOLD_PCT,
@@ -213,11 +214,23 @@ class Monitor:
         self.source.close()
 
 
-def summary_writer(args: argparse.Namespace) -> SummaryWriter | None:
-    """Where window summaries go: ``--summary-file`` and/or stdout (``--summary-stdout``); None: nowhere."""
+def summary_writer(args: argparse.Namespace, out: TextIO | None = None) -> SummaryWriter | None:
+    """Where window summaries go: ``--summary-file`` and/or stdout (``--summary-stdout``, to ``out``
+    when given); None: nowhere."""
     if not args.summary_file and not args.summary_stdout:
         return None
-    return SummaryWriter(args.summary_file or None, sys.stdout if args.summary_stdout else None)
+    return SummaryWriter(args.summary_file or None, (out or sys.stdout) if args.summary_stdout else None)
+
+
+def start_push(emit: Callable[[str], None]) -> tuple[TextIO, PushThread | None]:
+    """The sidecar's stdout, teed to the operator's intake when the pod's environment names one."""
+    target = PushTarget.from_env(dict(os.environ))
+    if target is None:
+        return sys.stdout, None
+    pusher = PushThread(Pusher(target, log=emit))
+    pusher.start()
+    emit("pushing records to the operator's intake")
+    return cast(TextIO, TeeStream(sys.stdout, pusher.pusher)), pusher
 
 
 def run_monitor(args: argparse.Namespace, log: Callable[[str], None] | None = None) -> int:
@@ -225,7 +238,8 @@ def run_monitor(args: argparse.Namespace, log: Callable[[str], None] | None = No
     emit = log or (lambda line: print(f"gpuctl monitor: {line}", file=sys.stderr, flush=True))
     if args.once:
         return run_once(args)
-    writer = summary_writer(args)
+    out, pusher = start_push(emit)
+    writer = summary_writer(args, out)
     source: SampleSource
     try:
         source = open_source(args)
@@ -256,9 +270,7 @@ def run_monitor(args: argparse.Namespace, log: Callable[[str], None] | None = No
         watcher.start()
         emit(f"watching {notice_source.cloud} preemption notices every {args.notice_interval:g}s")
     follower = (
-        ProgressFollower(args.progress_file, sys.stdout, args.progress_interval)
-        if args.progress_file
-        else None
+        ProgressFollower(args.progress_file, out, args.progress_interval) if args.progress_file else None
     )
     stop = threading.Event()
     previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGTERM, signal.SIGINT)}
@@ -280,6 +292,8 @@ def run_monitor(args: argparse.Namespace, log: Callable[[str], None] | None = No
             follower.flush()
         if watcher is not None:
             watcher.stop()
+        if pusher is not None:
+            pusher.stop()
         if server is not None:
             server.close()
         for sig, handler in previous.items():

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from orchestrator.catalog.offers import MarketKind
 from orchestrator.errors import UserError
 from orchestrator.policies.daily import fit_daily_cycle
 
@@ -39,18 +40,18 @@ class Action(IntEnum):
     ON_DEMAND = 2
 
     @property
-    def market(self) -> str | None:
-        return {Action.WAIT: None, Action.SPOT: "spot", Action.ON_DEMAND: "on-demand"}[self]
+    def market(self) -> MarketKind | None:
+        return {Action.WAIT: None, Action.SPOT: MarketKind.SPOT, Action.ON_DEMAND: MarketKind.ON_DEMAND}[self]
 
 
-def action_from_market(market: str | None) -> Action:
+def action_from_market(market: MarketKind | None) -> Action:
     if market is None:
         return Action.WAIT
-    if market == "spot":
-        return Action.SPOT
-    if market == "on-demand":
-        return Action.ON_DEMAND
-    raise UserError(f"unknown market '{market}'", "use 'spot', 'on-demand' or None")
+    try:
+        kind = MarketKind(market)  # a plain "spot" too, as callers outside gpuctl may pass
+    except ValueError:
+        raise UserError(f"unknown market '{market}'", "use 'spot', 'on-demand' or None") from None
+    return Action.SPOT if kind is MarketKind.SPOT else Action.ON_DEMAND
 
 
 @dataclass(frozen=True)
@@ -193,7 +194,7 @@ class MarketContext:
     on_demand_price: float
     zones: Sequence[str]
     spot_available: Mapping[str, bool]
-    current_market: str | None = None
+    current_market: MarketKind | None = None
     current_zone: str | None = None
     history: ZoneHistory = field(default_factory=ZoneHistory.empty)
     latency_h: float = 0.0
@@ -237,7 +238,7 @@ class MarketContext:
 class MarketDecision:
     """``market``: 'spot', 'on-demand' or None (wait, run nothing); ``zone`` for spot, else None."""
 
-    market: str | None
+    market: MarketKind | None
     zone: str | None
     policy: str
 

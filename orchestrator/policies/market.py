@@ -17,7 +17,7 @@ from typing import ClassVar
 import numpy as np
 
 from orchestrator.errors import UserError
-from orchestrator.policies.base import MarketPolicy as MarketPolicy  # re-exported: its old home
+from orchestrator.policies.base import MarketPolicy as MarketPolicy  # re-exported here
 from orchestrator.policies.base import choose_actions
 from orchestrator.policies.context import Action, FloatArray, IntArray, MarketBatch
 from orchestrator.policies.planning import PlanAheadPolicy
@@ -93,7 +93,7 @@ class UniformProgressPolicy(MarketPolicy):
 
 
 class ReserveSlackPolicy(MarketPolicy):
-    """gpuctl's old default: spend slack only on downtime you cannot expect to avoid, across zones.
+    """Multi-zone: spend slack only on downtime you cannot expect to avoid.
 
     * Zone: stay in the current spot zone while it has capacity; otherwise launch in the available
       zone with the longest mean run of availability seen so far (smoothed by a prior).
@@ -108,7 +108,7 @@ class ReserveSlackPolicy(MarketPolicy):
     """
 
     name = "reserve-slack"
-    description = "multi-zone, keeps slack for the expected downtime, never the future (old default)"
+    description = "multi-zone, keeps slack for the expected downtime, never the future"
 
     prior_fraction: ClassVar[float] = 0.5
     prior_h: ClassVar[float] = 6.0

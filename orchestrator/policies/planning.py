@@ -6,10 +6,10 @@ Every tick, from the history in the context only (so a restarted controller deci
    runs so far (censored: the current run counts as time, not as an ended run), each with a prior of
    ``prior_runs`` runs. The prior's runs split a cycle of ``prior_cycle_h`` hours by the share of time
    the zone has had spot so far (itself smoothed by half a cycle up and half down): a zone seen with
-   spot 10 % of the time is expected to have short up runs and long down runs from the start, not
-   the same guess for every zone (which made the plan try many short spot runs in a mostly-down zone
-   before its own runs outweighed the guess). Four runs, not more: a zone whose spot comes and goes
-   every few minutes must soon look like one (with 8, 25 runs of 0.1 h still read as 0.4 h).
+   spot 10 % of the time is expected to have short up runs and long down runs from the start (one
+   guess for every zone would make the plan try many short spot runs in a mostly-down zone before
+   its own runs outweigh the guess). Four runs, not more: a zone whose spot comes and goes every few
+   minutes must soon look like one (with 8, 25 runs of 0.1 h still read as 0.4 h).
    A zone that is down now: outages differ (a blip, a capacity crunch of a day), so the zone's
    recovery rate is only the mean of a gamma prior (shape ``outage_shape``) over each outage's own
    rate, and this outage's age so far, without recovery, updates it: shape / (shape / rate + age).
@@ -27,8 +27,8 @@ The market seen before the job (``MarketBatch.market_log``: a controller's log o
 simulator's trace before the start point) counts only where its days agree on a daily cycle
 (:mod:`orchestrator.policies.daily`): then its hours join the job's own in step 1, and the plan's
 rates follow the cycle by the hour of the day. Where they do not, the job starts from nothing, as
-without a log (a week of a market without a rhythm, its rates taken as the job's, misled the plan
-more often than it helped: see docs/policies.md).
+without a log (a week of a market without a rhythm, its rates taken as the job's, misleads the plan
+more often than it helps: see benchmarks/spot_policies_NOTES.md).
 
 Riding spot in a zone that still has capacity continues while the slack covers a fallback launch
 and a tick (only a slowed, elastic ride gets under that). The deadline safety net of the other

@@ -35,7 +35,7 @@ from orchestrator.runtime.storage import TEMP_PREFIX, HashingWriter, Storage, sh
 MANIFEST = "manifest.json"
 STATE_FILE = "state.pt"
 FORMAT_VERSION = 2
-"""2: state.pt loads with weights_only=True. 1 (gpuctl before this change): pickled numpy RNG state."""
+"""2: state.pt loads with weights_only=True. 1 (older gpuctl): pickled numpy RNG state."""
 STALE_AFTER_S = 3600.0
 """A folder without manifest untouched this long has lost its writer; cleanup may remove it."""
 CONVERT_COMMAND = "python -m orchestrator.runtime.convert_checkpoint"

@@ -23,7 +23,6 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from orchestrator.errors import SpecError
-from orchestrator.spec.durations import parse_deadline
 from orchestrator.spec.env import REFERENCE_MODELS
 from orchestrator.spec.limits import shown
 from orchestrator.spec.model import NAME_PATTERN, JobSpec
@@ -315,7 +314,7 @@ def _brief(text: str, limit: int = 80) -> str:
 def _check_against_now(spec: JobSpec, source: str, lines: dict[Path_, int], now: datetime) -> None:
     if spec.goals.deadline is None:
         return
-    if parse_deadline(spec.goals.deadline, now) <= now:
+    if spec.goals.deadline.resolve(now) <= now:
         line = lines.get(("goals", "deadline"))
         where = f" (line {line})" if line else ""
         raise SpecError(

@@ -20,13 +20,12 @@ import os
 import re
 import shlex
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from orchestrator.spec.durations import parse_deadline, parse_duration
+from orchestrator.spec.durations import Deadline, Duration
 from orchestrator.spec.env import ENV_NAME, EnvReference, EnvValue
 from orchestrator.spec.limits import (
     MAX_COMPUTE_HOURS,
@@ -162,21 +161,15 @@ class Market(_Strict):
     policy: Line | None = Field(
         default=None, description="market/zone policy name; gpuctl's default (plan-ahead) if unset"
     )
-    changeover: Line = Field(
-        default="12m",
+    changeover: Duration = Field(
+        default=Duration("12m"),
         description="what one relaunch costs (start-up plus work since the last checkpoint), such as '12m'; "
         "policies keep slack for it",
     )
 
-    @field_validator("changeover")
-    @classmethod
-    def _changeover_parses(cls, v: str) -> str:
-        parse_duration(v)
-        return v
-
 
 class Goals(_Strict):
-    deadline: Line | None = Field(
+    deadline: Deadline | None = Field(
         default=None, description="a duration from submission ('6h') or an ISO 8601 time"
     )
     budget_usd: Annotated[float | None, Field(gt=0, le=MAX_USD)] = None
@@ -189,21 +182,13 @@ class Goals(_Strict):
         ),
     ] = None
 
-    @field_validator("deadline")
-    @classmethod
-    def _deadline_parses(cls, v: str | None) -> str | None:
-        if v is None:
-            return v
-        parse_deadline(v, datetime.now(UTC))
-        return v
-
 
 class Checkpoint(_Strict):
     path: Line | None = Field(
         default=None, description="directory or s3://bucket/prefix; default: the job's folder in GPUCTL_HOME"
     )
     every_steps: Annotated[int | None, Field(ge=1, le=MAX_STEPS)] = None
-    every: Line | None = Field(default=None, description="time between checkpoints, such as '5m'")
+    every: Duration | None = Field(default=None, description="time between checkpoints, such as '5m'")
     keep: Annotated[int, Field(ge=1, le=MAX_KEEP)] = 3
     notice_grace_seconds: Annotated[
         float,
@@ -214,8 +199,8 @@ class Checkpoint(_Strict):
 
     @field_validator("every")
     @classmethod
-    def _every_parses(cls, v: str | None) -> str | None:
-        if v is not None and parse_duration(v).total_seconds() <= 0:
+    def _every_parses(cls, v: Duration | None) -> Duration | None:
+        if v is not None and v.total_seconds() <= 0:
             raise ValueError("must be longer than zero")
         return v
 
@@ -250,6 +235,25 @@ class Policies(_Strict):
         return "off" if v is False else v  # YAML reads a bare `off` as false
 
 
+class Tune(StrEnum):
+    OFF = "off"
+    AUTO = "auto"
+
+
+class RuntimeOptions(_Strict):
+    tune: Tune = Field(
+        default=Tune.OFF,
+        description="off; auto (the training runtime times a few steps of each DataLoader worker count, "
+        "pinned-memory and prefetch setting, runs on with the fastest and reports the step time before "
+        "and after; the data order is unchanged)",
+    )
+
+    @field_validator("tune", mode="before")
+    @classmethod
+    def _yaml_off(cls, v: Any) -> Any:
+        return "off" if v is False else v  # YAML reads a bare `off` as false
+
+
 class WatchdogAction(StrEnum):
     ALERT = "alert"
     """Raise the ``stalled``/``idle`` event and change nothing."""
@@ -260,12 +264,12 @@ class WatchdogAction(StrEnum):
 
 
 class Watchdog(_Strict):
-    stall_after: Line | None = Field(
+    stall_after: Duration | None = Field(
         default=None,
         description="a running attempt whose step counter has not advanced this long is stalled "
         "(default: the larger of 10m and 20 median step times)",
     )
-    idle_after: Line | None = Field(
+    idle_after: Duration | None = Field(
         default=None,
         description="a running attempt whose GPUs stayed under 5 % utilization this long is idle "
         "(from the GPU monitor; default: off)",
@@ -276,8 +280,8 @@ class Watchdog(_Strict):
 
     @field_validator("stall_after", "idle_after")
     @classmethod
-    def _positive(cls, v: str | None) -> str | None:
-        if v is not None and parse_duration(v).total_seconds() <= 0:
+    def _positive(cls, v: Duration | None) -> Duration | None:
+        if v is not None and v.total_seconds() <= 0:
             raise ValueError("must be longer than zero")
         return v
 
@@ -317,6 +321,7 @@ class JobSpec(_Strict):
     checkpoint: Checkpoint = Checkpoint()
     recovery: Recovery = Recovery()
     policies: Policies = Policies()
+    runtime: RuntimeOptions = RuntimeOptions()
     notify: NotifyTargets = []
     watchdog: Watchdog = Watchdog()
 

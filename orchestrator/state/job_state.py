@@ -2,9 +2,9 @@
 
 The controller engine (:mod:`orchestrator.controller.engine`) turns reconcile's actions into a new
 :class:`JobState`; only where it is kept differs: rows of the SQLite store for the local and SLURM
-controllers (:meth:`orchestrator.state.store.JobStore.load_state` / ``StoreWrites.save_state``), the
-GPUJob's ``.status`` on Kubernetes (:meth:`JobState.to_status` / :meth:`JobState.from_status`, camelCase
-as Kubernetes fields are). The CRD's status schema is generated from this model, never written twice.
+controllers (:func:`orchestrator.state.state_rows.load_state` and ``save_state``), the GPUJob's
+``.status`` on Kubernetes (:meth:`JobState.to_status` / :meth:`JobState.from_status`, camelCase as
+Kubernetes fields are). The CRD's status schema is generated from this model, never written twice.
 
 On Kubernetes the job's status is kept under ``state`` (printer columns, ``gpuctl status`` and the
 metrics read it there), the placement with its snake_case keys, and each segment flat
@@ -15,14 +15,17 @@ written them), so existing GPUJobs load and their readers keep working.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from orchestrator.spec.market import MarketKind
+from orchestrator.state.placement import Placement, flat_placement
+from orchestrator.state.progress_state import GpuThroughput, ProgressState, advanced
 from orchestrator.state.records import segment_cost_usd, segment_hours
 from orchestrator.state.status import FailureReason, JobStatus
 from orchestrator.state.watch import WaitReason, WatchState
@@ -32,31 +35,22 @@ class _Model(BaseModel):
     model_config = ConfigDict(frozen=True, alias_generator=to_camel, populate_by_name=True, extra="ignore")
 
 
-class PlacementState(BaseModel):
-    """Where an attempt runs: one GPU type, market, zone and price (mirrors the backends' Placement).
-
-    Its keys stay snake_case in a GPUJob's status too (as the operator has always written them)."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore")
-
-    gpu_type: str
-    market: str
-    cloud: str
-    region: str
-    zone: str
-    instance_type: str
-    gpus_per_node: int
-    node_price_usd_per_hour: float
-    on_demand_node_price_usd_per_hour: float
-    price_source: str
-
-
 class NodeLaunch(StrEnum):
     INTENT = "intent"
     """Recorded, not yet handed to the backend: the next tick launches it (launch is idempotent)."""
     LAUNCHED = "launched"
     ENDED = "ended"
     """The controller is done with it: whatever still runs of it is stopped, never relaunched."""
+
+
+def node_id(job_id: str, attempt: int, index: int) -> str:
+    """The id of node ``index`` of the job's ``attempt`` (its pod, process or SLURM task)."""
+    return f"{job_id}-a{attempt}-n{index}"
+
+
+def node_index(node_id: str) -> int:
+    """The index of a node in its attempt (the inverse of :func:`node_id`)."""
+    return int(node_id.rsplit("-n", 1)[1])
 
 
 class NodeState(_Model):
@@ -70,7 +64,7 @@ class SegmentState(_Model):
     """A span on one set of nodes of one placement: what the ledger prices."""
 
     attempt: int
-    placement: PlacementState
+    placement: Placement
     nodes: int
     started_at: datetime
     ended_at: datetime | None = None
@@ -90,7 +84,8 @@ class SegmentStatus(_Model):
     """A segment as a GPUJob's status keeps it: flat, as every operator version wrote it.
 
     Segments written before a field existed lack it: a missing ``attempt`` reads as 0, a missing
-    on-demand price as the price paid (no savings claimed), missing placement names as ""."""
+    on-demand price as the price paid (no savings claimed), a missing market as on-demand (no spot
+    claimed either), missing placement names as ""."""
 
     start: datetime
     end: datetime | None = None
@@ -98,7 +93,7 @@ class SegmentStatus(_Model):
     attempt: int = 0
     nodes: int = 0
     gpu_type: str = ""
-    market: str = ""
+    market: MarketKind = MarketKind.ON_DEMAND
     cloud: str = ""
     region: str = ""
     zone: str = ""
@@ -110,38 +105,19 @@ class SegmentStatus(_Model):
 
     @classmethod
     def of(cls, segment: SegmentState) -> SegmentStatus:
-        p = segment.placement
         return cls(
             start=segment.started_at,
             end=segment.ended_at,
             end_reason=segment.end_reason,
             attempt=segment.attempt,
             nodes=segment.nodes,
-            gpu_type=p.gpu_type,
-            market=p.market,
-            cloud=p.cloud,
-            region=p.region,
-            zone=p.zone,
-            instance_type=p.instance_type,
-            gpus_per_node=p.gpus_per_node,
-            node_price_usd_per_hour=p.node_price_usd_per_hour,
-            on_demand_node_price_usd_per_hour=p.on_demand_node_price_usd_per_hour,
-            price_source=p.price_source,
+            **asdict(segment.placement),
         )
 
     def segment(self) -> SegmentState:
         od = self.on_demand_node_price_usd_per_hour
-        placement = PlacementState(
-            gpu_type=self.gpu_type,
-            market=self.market,
-            cloud=self.cloud,
-            region=self.region,
-            zone=self.zone,
-            instance_type=self.instance_type,
-            gpus_per_node=self.gpus_per_node,
-            node_price_usd_per_hour=self.node_price_usd_per_hour,
-            on_demand_node_price_usd_per_hour=self.node_price_usd_per_hour if od is None else od,
-            price_source=self.price_source,
+        placement = flat_placement(
+            self, on_demand_node_price_usd_per_hour=self.node_price_usd_per_hour if od is None else od
         )
         return SegmentState(
             attempt=self.attempt,
@@ -165,6 +141,24 @@ class JobEvent:
     """Numbers behind the event (notifications carry them; the event history keeps the message)."""
 
 
+class ZoneMemory(_Model):
+    """The spot market a job has seen of its zones, kept with its state (every store the same way).
+
+    The availability history the market policy reads (the fields of
+    :class:`orchestrator.policies.ZoneHistory`), when it was last updated (``at``), and the zones
+    where spot was learned short by trying it (zone -> when, on Kubernetes: pods unschedulable past
+    the limit, or nodes reclaimed). Hours and runs are never negative."""
+
+    at: datetime | None = None
+    observed_h: float = Field(default=0.0, ge=0)
+    any_available_h: float = Field(default=0.0, ge=0)
+    available_h: dict[str, Annotated[float, Field(ge=0)]] = Field(default_factory=dict)
+    up_runs: dict[str, Annotated[int, Field(ge=0)]] = Field(default_factory=dict)
+    streak_h: dict[str, Annotated[float, Field(ge=0)]] = Field(default_factory=dict)
+    last_available: dict[str, bool] = Field(default_factory=dict)
+    spot_short_seen: dict[str, datetime] = Field(default_factory=dict)
+
+
 class RightSizePick(_Model):
     gpu_type: str
     apply: bool
@@ -180,7 +174,7 @@ class JobState(_Model):
     failure_reason: FailureReason | None = None
     message: str = ""
     attempt: int = 0
-    placement: PlacementState | None = None
+    placement: Placement | None = None
     """The current attempt's placement (None before the first)."""
     attempt_nodes: tuple[NodeState, ...] = ()
     """The current attempt's nodes."""
@@ -197,6 +191,20 @@ class JobState(_Model):
     """Recent step advances and the alerts already raised (stall, idle, deadline and budget at risk)."""
     waiting: WaitReason | None = None
     """Why the job waits, while it is neither running nor ended."""
+    zone_history: ZoneMemory | None = None
+    """The spot market seen of the job's zones (None: not looked at yet)."""
+    deadline: datetime | None = None
+    """The job's deadline, resolved once (at admission; on Kubernetes at the GPUJob's first pass)."""
+    progress: ProgressState | None = Field(
+        default=None,
+        description="the newest training progress the job's runtime wrote (as `gpuctl status`)",
+    )
+    """The newest training progress seen (None: none yet)."""
+    measurements: GpuThroughput | None = Field(
+        default=None, validation_alias="gpuMeasurements", serialization_alias="gpuMeasurements"
+    )
+    """Training throughput measured per GPU type (right-size reads it); ``gpuMeasurements`` in a
+    GPUJob's status."""
 
     @property
     def open_segment(self) -> SegmentState | None:
@@ -208,6 +216,20 @@ class JobState(_Model):
 
     def cost_usd(self, now: datetime) -> float:
         return sum(s.cost_usd(now) for s in self.segments)
+
+    def with_progress(self, progress: ProgressState | None) -> JobState:
+        """The state with ``progress`` seen (None: nothing new): kept as the newest, and measured on
+        the open segment of the current attempt."""
+        if progress is None or progress == self.progress:
+            return self
+        segment = self.open_segment
+        span = (
+            (segment.placement, segment.nodes, segment.started_at)
+            if segment is not None and segment.attempt == self.attempt
+            else None
+        )
+        measured = advanced(self.measurements, progress, self.attempt, span)
+        return self.model_copy(update={"progress": progress, "measurements": measured})
 
     def to_status(self) -> dict[str, Any]:
         """The state as a GPUJob's ``.status`` fields (camelCase, JSON; unset fields left out, flat

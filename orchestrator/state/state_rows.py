@@ -13,15 +13,20 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from pydantic import TypeAdapter
+
+from orchestrator.spec.market import MarketKind
 from orchestrator.state.job_state import (
     JobEvent,
     JobState,
     NodeLaunch,
     NodeState,
-    PlacementState,
     RightSizePick,
     SegmentState,
+    ZoneMemory,
 )
+from orchestrator.state.placement import Placement, flat_placement
+from orchestrator.state.progress_state import GpuThroughput, ProgressState
 from orchestrator.state.records import SegmentRecord
 from orchestrator.state.row_check import DamagedRow
 from orchestrator.state.store import JobStore
@@ -32,14 +37,14 @@ def _ts(moment: datetime | None) -> str | None:
     return None if moment is None else moment.astimezone(UTC).isoformat()
 
 
+_PLACEMENT = TypeAdapter(Placement)
+"""An attempt's placement as its ``attempts`` row keeps it (a JSON object, snake_case keys)."""
+
+
 def segment_state(record: SegmentRecord) -> SegmentState:
-    placement = PlacementState(
-        gpu_type=record.gpu_type, market=record.market, cloud=record.cloud, region=record.region,
-        zone=record.zone, instance_type=record.instance_type, gpus_per_node=record.gpus_per_node,
-        node_price_usd_per_hour=record.node_price_usd_per_hour,
-        on_demand_node_price_usd_per_hour=record.on_demand_node_price_usd_per_hour,
-        price_source=record.price_source,
-    )  # fmt: skip
+    """The segment of a job's state that ``record`` holds (ValueError: its market is not one gpuctl
+    writes)."""
+    placement = flat_placement(record)
     return SegmentState(attempt=record.attempt, placement=placement, nodes=record.nodes,
                         started_at=record.started_at, ended_at=record.ended_at, end_reason=record.end_reason)  # fmt: skip
 
@@ -72,19 +77,33 @@ def load_state(store: JobStore, job_id: str) -> JobState:
             NodeState(node_id=n.node_id, launch=NodeLaunch(n.launch_state), notice_at=n.notice_at)
             for n in nodes
         ),
-        segments=tuple(segment_state(s) for s in segments),
+        segments=_segments(store, segments),
         restarts=job.restarts,
         preemptions=job.preemptions,
+        deadline=job.deadline,
         **kept,
+        zone_history=_zone_history(store, job.id, options),
     )
 
 
-def _placement(store: JobStore, job_id: str, attempt: int) -> PlacementState | None:
+def _segments(store: JobStore, records: Sequence[SegmentRecord]) -> tuple[SegmentState, ...]:
+    found = []
+    for record in records:
+        try:
+            found.append(segment_state(record))
+        except ValueError:
+            damage = DamagedRow(store.path, record.job_id, "segments", "market", record.market,
+                                "one of " + ", ".join(MarketKind), f"segments:{record.id}.market")  # fmt: skip
+            raise store.note_damage(damage) from None
+    return tuple(found)
+
+
+def _placement(store: JobStore, job_id: str, attempt: int) -> Placement | None:
     found = store.attempt_placement(job_id, attempt) if attempt else None
     if not found:
         return None
     try:
-        return PlacementState.model_validate(found)
+        return _PLACEMENT.validate_python(found)
     except ValueError:  # pydantic's ValidationError
         damage = DamagedRow(store.path, job_id, "attempts", "placement_json", found,
                             "a placement gpuctl wrote", f"attempts:{job_id}:{attempt}.placement_json")  # fmt: skip
@@ -102,7 +121,23 @@ def _kept_options(options: dict[str, Any], attempt: int) -> dict[str, Any]:
         "budget_alerts": tuple(int(p) for p in options.get("budget_alerts", ())),
         "watch": WatchState.model_validate(options.get("watch") or {}),
         "waiting": WaitReason.model_validate(options["waiting"]) if options.get("waiting") else None,
+        "progress": ProgressState.model_validate(options["progress"]) if options.get("progress") else None,
+        "measurements": GpuThroughput.model_validate(options["measurements"])
+        if options.get("measurements")
+        else None,
     }
+
+
+def _zone_history(store: JobStore, job_id: str, options: dict[str, Any]) -> ZoneMemory | None:
+    """The zone history kept in the job's options; a job of an older gpuctl kept it in its own table."""
+    try:
+        if options.get("zone_history"):
+            return ZoneMemory.model_validate(options["zone_history"])
+        saved = store.market_history(job_id)
+        return None if saved is None else ZoneMemory.model_validate({**saved[1], "at": saved[0]})
+    except ValueError:  # pydantic's ValidationError
+        what = "the zone history gpuctl keeps for a job"
+        raise store.note_damage(_options_damage(store, job_id, options, what)) from None
 
 
 def _options_damage(store: JobStore, job_id: str, options: dict[str, Any], what: str) -> DamagedRow:
@@ -127,7 +162,7 @@ def save_state(
          job_id),
     )  # fmt: skip
     if new.attempt != old.attempt and new.placement is not None:
-        placement = new.placement.model_dump(mode="json")
+        placement = _PLACEMENT.dump_python(new.placement, mode="json")
         conn.execute(
             "INSERT INTO attempts (job_id, attempt, placement_json, started_at) VALUES (?,?,?,?)",
             (job_id, new.attempt, json.dumps(placement), _ts(now)),
@@ -196,6 +231,16 @@ def _save_options(conn: sqlite3.Connection, job_id: str, old: JobState, new: Job
         updates["watch"] = new.watch.model_dump(mode="json", exclude_none=True)
     if new.waiting != old.waiting:
         updates["waiting"] = new.waiting.model_dump(mode="json") if new.waiting else None
+    if new.zone_history != old.zone_history:
+        updates["zone_history"] = new.zone_history.model_dump(mode="json") if new.zone_history else None
+    if new.progress != old.progress:
+        updates["progress"] = (
+            new.progress.model_dump(mode="json", exclude_none=True) if new.progress else None
+        )
+    if new.measurements != old.measurements:
+        updates["measurements"] = (
+            new.measurements.model_dump(mode="json", exclude_none=True) if new.measurements else None
+        )
     if not updates:
         return
     row = conn.execute("SELECT options_json FROM jobs WHERE id = ?", (job_id,)).fetchone()

@@ -1,8 +1,9 @@
 """The job store: SQLite in WAL mode under the gpuctl home (``GPUCTL_HOME``, default ``~/.gpuctl``).
 
 Every write that matters runs in one transaction, so killing the controller at any instant leaves
-either the old or the new state. Status changes go through :meth:`JobStore.transition`, which checks
-the transitions table and writes the event in the same transaction. A store opened ``read_only``
+either the old or the new state. A job's state changes only as the controller's engine applies actions
+(checked against the transitions table): :func:`orchestrator.state.state_rows.save_state` writes it and
+its events in the caller's transaction. A store opened ``read_only``
 never writes, nor locks out a writer. Opening, the schema version and the mapping of SQLite's errors
 to gpuctl's are :mod:`orchestrator.state.database`'s.
 
@@ -28,10 +29,11 @@ from typing import Any
 from orchestrator.errors import InternalError, NotFoundError, UserError
 from orchestrator.home import HOME_MODE, home_dir
 from orchestrator.state import database
+from orchestrator.state.job_dir import job_dir_path
 from orchestrator.state.job_state import NodeLaunch
 from orchestrator.state.records import EventRecord, JobRecord, SegmentRecord
 from orchestrator.state.row_check import DamagedRow, Row
-from orchestrator.state.status import FailureReason, JobStatus, check_transition
+from orchestrator.state.status import FailureReason, JobStatus
 from orchestrator.terminal import terminal_text
 
 log = logging.getLogger(__name__)
@@ -111,7 +113,7 @@ class JobStore:
 
     def job_dir(self, job_id: str) -> Path:
         """The job's folder (created 0700 by a writer: its files may hold the job's secrets)."""
-        path = self.home / "jobs" / job_id
+        path = job_dir_path(self.home, job_id)
         if not self.read_only and not path.is_dir():
             path.parent.mkdir(mode=HOME_MODE, exist_ok=True)
             path.mkdir(mode=HOME_MODE, exist_ok=True)
@@ -212,7 +214,8 @@ class JobStore:
         return self._json_column("jobs", "summary_json", sql, (job_id,)) or {}
 
     def market_history(self, job_id: str) -> tuple[datetime, dict[str, Any]] | None:
-        """The spot availability the controller has watched for this job, and when it last looked."""
+        """The spot availability a controller of an earlier schema kept in its own table for this job, and
+        when it last looked (read once, when the job's state has no zone history yet)."""
         rows = self._query("SELECT * FROM market_history WHERE job_id = ?", (job_id,))
         if not rows:
             return None
@@ -222,35 +225,7 @@ class JobStore:
         except DamagedRow as damage:
             raise self.note_damage(damage) from None
 
-    def set_market_history(self, job_id: str, observed_at: datetime, history: dict[str, Any]) -> None:
-        with self.transaction() as conn:
-            conn.execute(
-                "INSERT INTO market_history (job_id, observed_at, history_json) VALUES (?, ?, ?) "
-                "ON CONFLICT(job_id) DO UPDATE SET observed_at = excluded.observed_at, "
-                "history_json = excluded.history_json",
-                (job_id, _ts(observed_at), json.dumps(history)),
-            )
-
-    # --- transitions and events ---------------------------------------------------------------
-    def transition(
-        self,
-        conn: sqlite3.Connection,
-        job_id: str,
-        target: JobStatus,
-        now: datetime,
-        message: str,
-        reason: FailureReason | None = None,
-    ) -> None:
-        """Change a job's status inside an open transaction; raises on an illegal transition."""
-        row = conn.execute("SELECT status FROM jobs WHERE id = ?", (job_id,)).fetchone()
-        current = JobStatus(row["status"])
-        check_transition(current, target)
-        conn.execute(
-            "UPDATE jobs SET status = ?, failure_reason = ?, message = ?, updated_at = ? WHERE id = ?",
-            (target, reason, message, _ts(now), job_id),
-        )
-        self._event(conn, job_id, now, "transition", f"{current} -> {target}: {message}", target)
-
+    # --- events ---------------------------------------------------------------------------------
     def add_event(self, job_id: str, now: datetime, kind: str, message: str) -> None:
         with self.transaction() as conn:
             self._event(conn, job_id, now, kind, message, None)
@@ -301,14 +276,6 @@ class JobStore:
             return [_node_record(self._row("nodes", r)) for r in rows]
         except DamagedRow as damage:  # the controller must not act on part of an attempt's nodes
             raise self.note_damage(damage) from None
-
-    def mark_notice(self, node_id: str, now: datetime) -> None:
-        with self.transaction() as conn:
-            row = conn.execute("SELECT job_id, notice_at FROM nodes WHERE node_id = ?", (node_id,)).fetchone()
-            if row is None or row["notice_at"] is not None:
-                return
-            conn.execute("UPDATE nodes SET notice_at = ? WHERE node_id = ?", (_ts(now), node_id))
-            self._event(conn, row["job_id"], now, "preemption_notice", f"node {node_id} got the notice", None)
 
     def segments(
         self, job_id: str | None = None, since: datetime | None = None, strict: bool = False
@@ -386,98 +353,8 @@ def _node_record(r: Row) -> NodeRecord:
 
 
 class StoreWrites:
-    """Writes used by the controller's driver inside one :meth:`JobStore.transaction`."""
-
-    @staticmethod
-    def start_attempt(conn: sqlite3.Connection, job_id: str, placement: dict[str, Any], now: datetime) -> int:
-        row = conn.execute("SELECT attempts FROM jobs WHERE id = ?", (job_id,)).fetchone()
-        attempt = int(row["attempts"]) + 1
-        conn.execute("UPDATE jobs SET attempts = ? WHERE id = ?", (attempt, job_id))
-        conn.execute(
-            "INSERT INTO attempts (job_id, attempt, placement_json, started_at) VALUES (?,?,?,?)",
-            (job_id, attempt, json.dumps(placement), _ts(now)),
-        )
-        conn.execute(
-            "INSERT INTO events (job_id, time, kind, message) VALUES (?,?,?,?)",
-            (
-                job_id,
-                _ts(now),
-                "attempt",
-                f"attempt {attempt} on {placement.get('market')} {placement.get('zone')}",
-            ),
-        )
-        return attempt
-
-    @staticmethod
-    def add_node_intents(
-        conn: sqlite3.Connection, job_id: str, attempt: int, node_ids: Sequence[str], now: datetime
-    ) -> None:
-        conn.executemany(
-            "INSERT INTO nodes (node_id, job_id, attempt, launch_state, created_at) VALUES (?,?,?,'intent',?)",
-            [(n, job_id, attempt, _ts(now)) for n in node_ids],
-        )
-
-    @staticmethod
-    def set_launch_state(
-        conn: sqlite3.Connection, node_ids: Sequence[str], state: str, now: datetime
-    ) -> None:
-        ended = _ts(now) if state == "ended" else None
-        conn.executemany(
-            "UPDATE nodes SET launch_state = ?, ended_at = COALESCE(ended_at, ?) WHERE node_id = ?",
-            [(state, ended, n) for n in node_ids],
-        )
-
-    @staticmethod
-    def open_segment(
-        conn: sqlite3.Connection,
-        job_id: str,
-        attempt: int,
-        placement: dict[str, Any],
-        nodes: int,
-        now: datetime,
-    ) -> None:
-        p = placement
-        conn.execute(
-            "INSERT INTO segments (job_id, attempt, gpu_type, instance_type, market, cloud, region, zone, nodes,"
-            " gpus_per_node, started_at, node_price_usd_per_hour, on_demand_node_price_usd_per_hour,"
-            " price_source) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (
-                job_id, attempt, p["gpu_type"], p["instance_type"], p["market"], p["cloud"], p["region"], p["zone"],
-                nodes, p["gpus_per_node"], _ts(now), p["node_price_usd_per_hour"],
-                p["on_demand_node_price_usd_per_hour"], p["price_source"],
-            ),
-        )  # fmt: skip
-        conn.execute(
-            "INSERT INTO events (job_id, time, kind, message) VALUES (?,?,?,?)",
-            (job_id, _ts(now), "segment", f"segment opened: {nodes} node(s) {p['market']} {p['zone']}"),
-        )
-
-    @staticmethod
-    def restart_open_segment(conn: sqlite3.Connection, job_id: str, now: datetime) -> None:
-        conn.execute(
-            "UPDATE segments SET started_at = ? WHERE job_id = ? AND ended_at IS NULL", (_ts(now), job_id)
-        )
-
-    @staticmethod
-    def close_segment(conn: sqlite3.Connection, job_id: str, reason: str, now: datetime) -> None:
-        conn.execute(
-            "UPDATE segments SET ended_at = ?, end_reason = ? WHERE job_id = ? AND ended_at IS NULL",
-            (_ts(now), reason, job_id),
-        )
-
-    @staticmethod
-    def increment(conn: sqlite3.Connection, job_id: str, column: str) -> None:
-        if column not in ("preemptions", "restarts"):
-            raise ValueError(column)
-        conn.execute(f"UPDATE jobs SET {column} = {column} + 1 WHERE id = ?", (job_id,))
-
-    @staticmethod
-    def set_option(conn: sqlite3.Connection, job_id: str, key: str, value: Any) -> None:
-        """Set one key of the job's options (a JSON object stored with the job)."""
-        row = conn.execute("SELECT options_json FROM jobs WHERE id = ?", (job_id,)).fetchone()
-        options = dict(json.loads(row[0])) if row else {}
-        options[key] = value
-        conn.execute("UPDATE jobs SET options_json = ? WHERE id = ?", (json.dumps(options), job_id))
+    """Writes beside a job's state inside one :meth:`JobStore.transaction` (a job's state itself is
+    written only by :func:`orchestrator.state.state_rows.save_state`, from what the engine applied)."""
 
     @staticmethod
     def event(conn: sqlite3.Connection, job_id: str, now: datetime, kind: str, message: str) -> None:

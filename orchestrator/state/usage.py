@@ -34,6 +34,7 @@ from orchestrator.state.gpu_usage import (
     summary_line_record,
     unavailable_message,
 )
+from orchestrator.state.job_dir import SUMMARY_GLOB, job_dir_path
 from orchestrator.state.store import JobStore, StoreWrites
 from orchestrator.state.watch import IDLE_UTIL_PCT, GpuActivity
 
@@ -41,7 +42,6 @@ __all__ = ["EVENT_KIND", "NO_NVML_MESSAGE", "SUMMARY_GLOB", "GpuUsage", "UsageSt
 
 log = logging.getLogger(__name__)
 
-SUMMARY_GLOB = "monitor-summary*.jsonl"
 EVENT_KIND = "gpu_monitor"
 _VALID = (
     f"start BETWEEN 0 AND {MAX_EPOCH} AND duration_s BETWEEN 0 AND {MAX_SECONDS}"
@@ -91,7 +91,7 @@ class UsageStore:
     def ingest(self, job_id: str, now: datetime | None = None) -> int:
         """Store the complete lines added to the job's summary files since last time; returns how many
         windows were new. Never raises for a bad file: it is logged and skipped."""
-        job_dir = self.store.home / "jobs" / job_id
+        job_dir = job_dir_path(self.store.home, job_id)
         if not job_dir.is_dir():
             return 0
         stored = 0

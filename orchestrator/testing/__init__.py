@@ -7,6 +7,8 @@
   controller dies at chosen write→effect boundaries, for crash-safety tests without sleeps.
 - :class:`FakeNvml`, :class:`FakeGpu`: the part of pynvml the GPU monitor calls, with GPUs whose
   readings a test sets.
+- :mod:`orchestrator.testing.states`: jobs in the store in states the engine writes (``drive`` applies
+  real actions with the engine and saves them as a controller tick does).
 - :class:`~orchestrator.testing.kube_cluster.SimulatedKubeCluster` (and its API server,
   :class:`~orchestrator.testing.kube_api.KubeApi`): a Kubernetes cluster on kmock with GPU nodes that
   follow a spot trace, a scheduler and spot reclaims, for the operator. It needs the ``testing`` extra

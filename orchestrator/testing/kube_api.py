@@ -23,7 +23,8 @@ import asyncio
 import contextlib
 import itertools
 import threading
-from collections.abc import Awaitable, Callable
+from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import Any, Self
@@ -49,22 +50,116 @@ DEFAULT_TIMEOUT_S = 60.0
 _KmockEmulator: Any = kmock.KubernetesEmulator
 
 
+def request_kind(method: str, path: str, query: Mapping[str, Any] | None = None) -> str:
+    """A request's verb and resource, without names: ``GET pods/log``, ``LIST pods``, ``WATCH gpujobs``,
+    ``PATCH gpujobs/status``, ``POST secrets`` (the resource is the path's last plural segment, with
+    its subresource)."""
+    parts = [p for p in path.split("/") if p]
+    if "namespaces" in parts and parts.index("namespaces") + 2 < len(parts):
+        parts = parts[parts.index("namespaces") + 2 :]  # past .../namespaces/NS
+    else:
+        parts = parts[2:] if parts[:1] == ["api"] else parts[3:]  # past /api/v1 or /apis/GROUP/VERSION
+    verb = method.upper()
+    if len(parts) == 1 and verb == "GET":
+        verb = "WATCH" if str((query or {}).get("watch", "")).lower() in ("true", "1") else "LIST"
+    resource = parts[0] if parts else "/"
+    if len(parts) == 3:
+        resource = f"{resource}/{parts[2]}"
+    return f"{verb} {resource}"
+
+
 class _Emulator(_KmockEmulator):  # type: ignore[misc]
     """kmock's emulator, naming created objects that only carry ``metadata.generateName`` as the API
     server does (kopf names its Events so): without it every such object after the first would be
     a 409 conflict. It hooks kmock's ``_handle`` (kmock 0.8), which every request passes through;
     tests/testing/test_kube_api.py fails if a kmock release changes that."""
 
-    def __init__(self) -> None:
+    def __init__(self, history: bool = True) -> None:
         super().__init__()
         self._suffixes = itertools.count(1)
+        self.history = history
+        self.counts: Counter[str] = Counter()
+        """Requests served, by :func:`request_kind`."""
+        self.counts_created = 0
+        """Create and delete requests served (the index of objects is rebuilt after one)."""
+        self._index: dict[tuple[Any, str | None], list[tuple[Any, str, Any]]] = {}
+        self._index_size, self._index_created = -1, -1
 
     async def _handle(self, request: Any) -> Any:
+        self.counts[request_kind(request.method, request.url.path, request.url.query)] += 1
+        if request.method in ("POST", "DELETE"):
+            self.counts_created += 1
+        if not self.history:
+            # kmock finds a request's reaction by scanning every request served so far (once per
+            # reaction): without the history a request costs the same at the 100,000th as at the first.
+            self._requests[:] = [request]
         data = request.data if request.action == kmock.action.CREATE else None
         meta = data.get("metadata") if isinstance(data, dict) else None
         if isinstance(meta, dict) and not meta.get("name") and meta.get("generateName"):
             meta["name"] = f"{meta['generateName']}{next(self._suffixes):05d}"
         return await super()._handle(request)
+
+    def _KubernetesEmulator__get_objs(self, request: Any, strict: bool) -> list[Any]:
+        """kmock's lookup of the objects a request addresses (kmock 0.8's private ``__get_objs``, which
+        compares every stored object: a request cost as much as the whole store), answered from an
+        index by resource and namespace, rebuilt when objects were added or removed."""
+        store: dict[tuple[Any, str | None, str], Any] = self._objects._objects
+        if self._index_size != len(store) or self._index_created != self.counts_created:
+            self._index.clear()
+            for (resource, namespace, name), obj in store.items():
+                self._index.setdefault((_resource_key(resource), namespace), []).append((resource, name, obj))
+            self._index_size, self._index_created = len(store), self.counts_created
+        name, namespace = request.name, request.namespace
+        found = []
+        matches: dict[Any, bool] = {}
+        for (key, obj_namespace), entries in self._index.items():
+            if (strict or namespace is not None) and obj_namespace != namespace:
+                continue
+            for resource, obj_name, obj in entries:
+                if name is not None and obj_name != name:
+                    continue
+                match = matches.get(key)
+                if match is None:
+                    match = matches[key] = bool(resource == request.resource)
+                if not match:
+                    break  # one resource per index entry
+                found.append(obj)
+        return found
+
+    async def _serve_list(self, request: Any) -> Any:
+        """kmock's list, filtered by ``labelSelector`` as the API server filters (kmock ignores it): a
+        list by label costs what it costs on a cluster, however many other objects there are."""
+        listing = await super()._serve_list(request)
+        selector = dict(request.params).get("labelSelector")
+        if selector:
+            listing["items"] = [o for o in listing["items"] if selects(selector, o)]
+        return listing
+
+
+def _resource_key(resource: Any) -> tuple[Any, ...]:
+    return (type(resource), *(getattr(resource, a, None) for a in ("group", "version", "plural")))
+
+
+def selects(selector: str, obj: Mapping[str, Any]) -> bool:
+    """Whether ``obj``'s labels match an equality-based label selector (``k=v``, ``k==v``, ``k!=v``,
+    ``k``, ``!k``, comma-separated); set-based terms (``in``, ``notin``) are not modelled."""
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    for term in (t.strip() for t in selector.split(",") if t.strip()):
+        if " in " in term or " notin " in term:
+            raise NotImplementedError(f"the API emulator does not model the selector {term!r}")
+        if "!=" in term:
+            key, value = (x.strip() for x in term.split("!=", 1))
+            matched = labels.get(key) != value
+        elif "=" in term:
+            key, value = (x.strip() for x in term.replace("==", "=").split("=", 1))
+            matched = labels.get(key) == value
+        elif term.startswith("!"):
+            matched = term[1:].strip() not in labels
+        else:
+            matched = term in labels
+        if not matched:
+            return False
+    return True
 
 
 class _OperatorThread:
@@ -116,10 +211,15 @@ class _OperatorThread:
 class KubeApi:
     """kmock's Kubernetes emulator serving gpuctl's resources on a loopback port (an async context)."""
 
-    def __init__(self, namespace: str = "default", logs: FakePodLogs | None = None) -> None:
+    def __init__(
+        self, namespace: str = "default", logs: FakePodLogs | None = None, history: bool = True
+    ) -> None:
+        """``history=False``: keep no log of the requests served (:meth:`requests` still counts them;
+        ``list(self.emulator)`` needs the log), for
+        runs of many thousands of requests, whose every request would otherwise scan all before it."""
         self.namespace = namespace
         self.logs = logs or FakePodLogs()
-        self.emulator = _Emulator()
+        self.emulator = _Emulator(history)
         self._register(self.emulator)
         self.logs.install(self.emulator)
         self._stack = contextlib.AsyncExitStack()
@@ -139,6 +239,7 @@ class KubeApi:
         emulator.resources["v1/services"] = info(kind="Service", namespaced=True, verbs=VERBS)
         emulator.resources["v1/nodes"] = info(kind="Node", namespaced=False, verbs=VERBS)
         emulator.resources["v1/events"] = info(kind="Event", namespaced=True, verbs=VERBS)
+        emulator.resources["v1/secrets"] = info(kind="Secret", namespaced=True, verbs=VERBS)
         emulator.resources[JOB_RESOURCE] = info(
             kind="GPUJob", namespaced=True, verbs=VERBS, subresources={"status"}, shortnames={"gj"}
         )
@@ -169,6 +270,13 @@ class KubeApi:
         operator, self._operator = self._operator, None
         if operator is not None:
             await operator.stop()
+
+    # --- requests --------------------------------------------------------------------------------
+    def requests(self) -> Counter[str]:
+        """Every request the API server answered so far, by :func:`request_kind` (``GET pods/log``,
+        ``PATCH gpujobs/status``, ``LIST pods``, ``WATCH gpujobs``, ...): the tests' and benchmarks'
+        measure of what the operator costs the API server (the tests' own requests count too)."""
+        return Counter(self.emulator.counts)
 
     # --- reading and waiting ---------------------------------------------------------------------
     async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

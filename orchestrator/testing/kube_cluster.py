@@ -24,8 +24,8 @@ Not modelled: a node provisioner's latency (nodes appear at the tick the trace s
 
 Time is the cluster's clock: a :class:`~orchestrator.testing.FakeClock` that :meth:`advance` moves, so
 a test plays a trace in as many passes as it needs, not in wall-clock time. Give the operator the same
-clock (:meth:`operator_clock`); :meth:`operator_passes` waits for its passes (it counts the reads of
-each GPUJob). ::
+clock (:meth:`operator_clock`); :meth:`operator_passes` waits for its passes (the operator runs in this
+process: it counts the passes begun, :data:`orchestrator.backends.kubernetes.listing.passes`). ::
 
     from operators.kubernetes import handlers
 
@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
+from orchestrator.backends.kubernetes import listing
 from orchestrator.backends.kubernetes.config import (
     DEFAULT_ZONE_LABELS,
     GPU_PRODUCT_LABEL,
@@ -55,14 +56,17 @@ from orchestrator.backends.kubernetes.config import (
     ZONE_LABEL,
     KubeConfig,
 )
-from orchestrator.backends.kubernetes.crd import PLURAL
 from orchestrator.backends.kubernetes.manifests import MONITOR, TRAINER
 from orchestrator.contract import PROGRESS_LINE_PREFIX
 from orchestrator.policies.traces import AvailabilityTrace
 from orchestrator.testing.kube_api import DEFAULT_TIMEOUT_S, KubeApi
 from orchestrator.testing.pod_logs import FakePodLogs
+from orchestrator.times import iso_z
 
 RECLAIM_TAINT = "gpuctl.dev/spot-reclaimed"
+LISTING_LAG = 1
+"""Passes a change of pods or nodes may wait for before a pass sees it: the operator's passes share one
+listing, fetched again when a job's pass would read one its previous pass read."""
 DISRUPTION_REASON = "TerminationByKubelet"
 
 
@@ -87,10 +91,6 @@ class NodeShape:
     """Which cloud's zone labels the nodes carry (AWS: ``topology.k8s.aws/zone-id`` too)."""
 
 
-def _iso(t: datetime) -> str:
-    return t.isoformat().replace("+00:00", "Z")
-
-
 class SimulatedKubeCluster(KubeApi):
     """:class:`KubeApi` with nodes, a scheduler and a spot market following ``trace`` (see the module)."""
 
@@ -104,9 +104,10 @@ class SimulatedKubeCluster(KubeApi):
         notice_s: float = 0.0,
         config: KubeConfig | None = None,
         namespace: str = "default",
+        history: bool = True,
     ) -> None:
         self.clock: Clock = clock or WallClock()
-        super().__init__(namespace, FakePodLogs(clock=lambda: self.clock.now().timestamp()))
+        super().__init__(namespace, FakePodLogs(clock=lambda: self.clock.now().timestamp()), history)
         self.trace = trace
         self.shape = shape or NodeShape()
         self.on_demand_nodes = dict(on_demand_nodes or {})
@@ -133,21 +134,21 @@ class SimulatedKubeCluster(KubeApi):
         """The operator's clock: set ``operators.kubernetes.handlers.clock`` to it."""
         return self.clock.now()
 
-    def job_reads(self, name: str) -> int:
-        """How often GPUJob ``name`` was read: each reconcile pass begins with one read."""
-        path = f"/{PLURAL}/{name}"
-        return sum(r.method == "GET" and r.url.path.endswith(path) for r in list(self.emulator))
+    def job_passes(self, name: str) -> int:
+        """How many reconcile passes of GPUJob ``name`` the operator (in this process) began."""
+        return listing.passes[f"{self.namespace}/{name}"]
 
     async def operator_passes(self, count: int = 2, timeout: float = DEFAULT_TIMEOUT_S) -> None:
         """Wait until the operator began ``count`` more reconcile passes of every GPUJob of the
         namespace. It reconciles a job one pass at a time, so two passes begun means that one whole
-        pass saw the present. (Do not read the GPUJobs meanwhile: reads are what is counted.)"""
+        pass saw the present. One more pass is waited for: a pass sees the pods and nodes as listed
+        when the job's previous pass began (:class:`~orchestrator.backends.kubernetes.listing.ClusterView`)."""
         names = [str(j["metadata"]["name"]) for j in await self.jobs()]
-        targets = {name: self.job_reads(name) + count for name in names}
+        targets = {name: self.job_passes(name) + count + LISTING_LAG for name in names}
 
         async def done() -> bool:
             present = {str(j["metadata"]["name"]) for j in await self.jobs()}
-            return all(self.job_reads(n) >= target for n, target in targets.items() if n in present)
+            return all(self.job_passes(n) >= target for n, target in targets.items() if n in present)
 
         await self.wait_for(f"{count} operator passes of {', '.join(names) or 'no job'}", done, timeout)
 
@@ -249,7 +250,7 @@ class SimulatedKubeCluster(KubeApi):
                     "status": "True",
                     "reason": DISRUPTION_REASON,
                     "message": f"Pod was terminated in response to imminent node shutdown of {node}.",
-                    "lastTransitionTime": _iso(now),
+                    "lastTransitionTime": iso_z(now),
                 }
                 conditions = [
                     c for c in _status(pod).get("conditions") or [] if c["type"] != "DisruptionTarget"
@@ -299,7 +300,7 @@ class SimulatedKubeCluster(KubeApi):
         """Bind ``pod`` to ``node`` and start it (images are there, containers start at once)."""
         name = str(pod["metadata"]["name"])
         await self.call(self.core.patch_namespaced_pod, name, self.namespace, {"spec": {"nodeName": node}})
-        scheduled = {"type": "PodScheduled", "status": "True", "lastTransitionTime": _iso(self.clock.now())}
+        scheduled = {"type": "PodScheduled", "status": "True", "lastTransitionTime": iso_z(self.clock.now())}
         await self._patch_status(pod, {"phase": "Running", "conditions": [scheduled]})
         attempt = (pod["metadata"].get("labels") or {}).get("gpuctl.dev/attempt")
         self.history.append((self.clock.now(), "bound", f"{name} (attempt {attempt}) on {node}"))
@@ -314,7 +315,7 @@ class SimulatedKubeCluster(KubeApi):
             "status": "False",
             "reason": "Unschedulable",
             "message": message,
-            "lastTransitionTime": since or _iso(self.clock.now()),
+            "lastTransitionTime": since or iso_z(self.clock.now()),
         }
         await self._patch_status(pod, {"phase": "Pending", "conditions": [condition]})
         if since is None:
@@ -328,7 +329,7 @@ class SimulatedKubeCluster(KubeApi):
     async def finish_pods(self, job: str, exit_code: int = 0) -> list[str]:
         """The trainer of every running pod of ``job`` exits (0: phase Succeeded, else Failed)."""
         finished = []
-        now = _iso(self.clock.now())
+        now = iso_z(self.clock.now())
         for pod in await self.pods():
             labels = pod["metadata"].get("labels") or {}
             if labels.get("gpuctl.dev/job") != job or _status(pod).get("phase") != "Running":

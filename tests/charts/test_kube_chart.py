@@ -163,8 +163,8 @@ def test_optional_service_monitor_and_pvcs(rendered: dict[str, list[dict[str, An
     (monitor,) = by_kind(rendered["everything"], "ServiceMonitor")
     assert monitor["metadata"]["labels"]["release"] == "prom"
     assert monitor["spec"]["endpoints"] == [{"port": "metrics", "interval": "30s"}]
-    (svc,) = by_kind(rendered["everything"], "Service")
-    assert svc["spec"]["ports"][0]["name"] == "metrics"
+    services = {s["metadata"]["name"]: s for s in by_kind(rendered["everything"], "Service")}
+    assert services["gpuctl-metrics"]["spec"]["ports"][0]["name"] == "metrics"
     pvcs = by_kind(rendered["everything"], "PersistentVolumeClaim")
     assert sorted(p["metadata"]["namespace"] for p in pvcs) == ["ml", "research"]
 
@@ -179,6 +179,8 @@ def test_optional_service_monitor_and_pvcs(rendered: dict[str, list[dict[str, An
         {"kueueQueue": "Team A"},
         {"kueueQueue": "q" * 64},
         {"karpenterDoNotDisrupt": "yes"},
+        {"intake": {"port": 70000}},
+        {"intake": {"existingSecret": "Not A Name"}},
     ],
 )
 def test_values_schema_rejects_bad_values(bad: dict[str, Any]) -> None:
@@ -200,8 +202,9 @@ def test_notifications_config_secrets_and_outbox(rendered: dict[str, list[dict[s
         return spec
 
     everything, default = rendered["everything"], rendered["default"]
-    assert {v for rule in secret_rules(everything) for v in rule["verbs"]} == {"get"}
-    assert secret_rules(default) == []  # the operator reads no Secret unless told to
+    # the operator reads no Secret unless told to (it creates the GPUJobs' intake tokens, never reads them)
+    assert {v for rule in secret_rules(everything) for v in rule["verbs"]} == {"get", "create"}
+    assert {v for rule in secret_rules(default) for v in rule["verbs"]} == {"create"}
     (cm,) = by_kind(everything, "ConfigMap")
     targets = parse_notify_config(cm["data"]["config.yaml"]).targets_for("ml")
     assert [t.webhook for t in targets] == ["https://hooks.example.com/ml"]
@@ -248,3 +251,39 @@ def test_unlisted_teams_share_the_other_teams_budget() -> None:
 def test_bad_budgets_fail_the_install(budgets: dict[str, Any], error: str) -> None:
     with pytest.raises(Exception, match=error):
         render({"budgets": budgets})
+
+
+def test_intake_reaches_the_operator_and_the_job_pods(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    """On by default: a Service for the monitors' pushes, the key from a Secret the chart keeps, the
+    URL in the backend's config (job pods get it), and Secrets created (never read) in job namespaces."""
+    docs = rendered["default"]
+    (cm,) = by_kind(docs, "ConfigMap")
+    config = KubeConfig.from_dict(json.loads(cm["data"]["operator.json"]))
+    assert config.intake_url == "http://gpuctl-intake.gpuctl.svc:8081"
+    services = {s["metadata"]["name"]: s for s in by_kind(docs, "Service")}
+    assert services["gpuctl-intake"]["spec"]["ports"][0]["targetPort"] == "intake"
+    (secret,) = by_kind(docs, "Secret")
+    assert len(secret["data"]["intake-key"]) >= 16
+    (deploy,) = by_kind(docs, "Deployment")
+    (container,) = deploy["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["GPUCTL_INTAKE_PORT"]["value"] == "8081"
+    assert env["GPUCTL_INTAKE_KEY"]["valueFrom"]["secretKeyRef"] == {
+        "name": "gpuctl-intake",
+        "key": "intake-key",
+    }
+    assert {"name": "intake", "containerPort": 8081, "protocol": "TCP"} in container["ports"]
+    (role,) = by_kind(docs, "Role")
+    secret_verbs = {v for rule in role["rules"] if "secrets" in rule["resources"] for v in rule["verbs"]}
+    assert secret_verbs == {"create"}
+    off = render({"intake": {"enabled": False}, "notifications": {"readSecrets": False}})
+    (cm,) = by_kind(off, "ConfigMap")
+    assert KubeConfig.from_dict(json.loads(cm["data"]["operator.json"])).intake_url is None
+    assert not by_kind(off, "Secret") and len(by_kind(off, "Service")) == 1
+    (role,) = by_kind(off, "Role")
+    assert not [rule for rule in role["rules"] if "secrets" in rule["resources"]]
+    kept = render({"intake": {"existingSecret": "my-key"}})
+    assert not by_kind(kept, "Secret")
+    (deploy,) = by_kind(kept, "Deployment")
+    env = {e["name"]: e for e in deploy["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["GPUCTL_INTAKE_KEY"]["valueFrom"]["secretKeyRef"]["name"] == "my-key"

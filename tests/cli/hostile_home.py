@@ -12,12 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.cli.main import main
-from orchestrator.state.status import JobStatus
-from orchestrator.state.store import JobStore, StoreWrites
-
-PLACEMENT = {"gpu_type": "V100", "instance_type": "p3.2xlarge", "market": "spot", "cloud": "aws",
-             "region": "us-east-1", "zone": "use1-az1", "gpus_per_node": 1, "node_price_usd_per_hour": 1.0,
-             "on_demand_node_price_usd_per_hour": 3.0, "price_source": "test"}  # fmt: skip
+from orchestrator.state.store import JobStore
+from orchestrator.testing import states
 
 PROGRESS: dict[str, Any] = {"time": "2026-11-22T12:00:01+00:00", "step": 7, "total_steps": 100, "loss": 0.5,
                             "world_size": 2, "metrics": {"lr": 0.1}, "data_s": 0.1, "compute_s": 0.4}  # fmt: skip
@@ -33,14 +29,7 @@ WINDOW: dict[str, Any] = {
 def running_job(store: JobStore, name: str) -> str:
     """A RUNNING local job with an open segment (so status has a forecast to make)."""
     started = datetime.now(UTC) - timedelta(hours=1)
-    job_id = store.create_job(
-        name=name, user="u", team="t", backend="local", spec_json="{}", deadline=None, now=started
-    ).id
-    with store.transaction() as conn:
-        for target in (JobStatus.PLACING, JobStatus.LAUNCHING, JobStatus.RUNNING):
-            store.transition(conn, job_id, target, started, str(target).lower())
-        StoreWrites.open_segment(conn, job_id, 1, PLACEMENT, 2, started)
-    return job_id
+    return states.running_job(store, started, name=name, nodes=2)
 
 
 def write_lines(path: Path, lines: Sequence[str | bytes]) -> None:

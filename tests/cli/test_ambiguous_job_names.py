@@ -12,6 +12,7 @@ import pytest
 from orchestrator.cli.main import main
 from orchestrator.state.status import JobStatus
 from orchestrator.state.store import SHOWN_MATCHES, JobStore
+from orchestrator.testing.states import drive, through
 
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 
@@ -29,9 +30,10 @@ def _jobs(store: JobStore, name: str, count: int) -> list[str]:
                          now=T0 + timedelta(minutes=i)).id
         for i in range(count)
     ]  # fmt: skip
-    with store.transaction() as conn:
-        for target in (JobStatus.PLACING, JobStatus.LAUNCHING, JobStatus.RUNNING, JobStatus.SUCCEEDED):
-            store.transition(conn, ids[0], target, T0, "done")
+    finished = through(
+        JobStatus.PLACING, JobStatus.LAUNCHING, JobStatus.RUNNING, JobStatus.SUCCEEDED, message="done"
+    )
+    drive(store, ids[0], T0, *finished)
     return ids
 
 

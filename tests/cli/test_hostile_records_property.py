@@ -15,11 +15,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from operators.kubernetes.gpu_usage import MonitorLedger, gpu_activity
-from operators.kubernetes.progress import advance, progress_of, progress_records, with_progress
+from orchestrator.backends.kubernetes.gpu_usage import MonitorLedger, gpu_activity
+from orchestrator.backends.kubernetes.progress import advance, progress_of, progress_records, with_progress
 from orchestrator.backends.progress import read_progress, read_step_times
 from orchestrator.cli import main as cli_main
-from orchestrator.cli.status_document import gpujob_progress
+from orchestrator.cli.status_document import kubernetes_document
 from orchestrator.contract import PROGRESS_LINE_PREFIX, read_progress_records
 from orchestrator.controller.measurements import gpu_measurements, monitor_usage
 from orchestrator.costs.lost_work import lost_work_from_progress
@@ -96,14 +96,14 @@ def _read_everything(store: JobStore, job_id: str) -> None:
     follower.poll(), follower.flush()
     status = with_progress({}, [out.getvalue()])
     json.dumps(status, allow_nan=False)  # the GPUJob status patch body is strict JSON too
-    progress_of(status), gpujob_progress(status.get("progress"))
+    progress_of(status), kubernetes_document({"status": status})
     advance(None, progress_records(out.getvalue()))
     raw = "\n".join(
         PROGRESS_LINE_PREFIX + line for line in progress.read_bytes().decode("utf-8", "replace").split("\n")
     )
     status = with_progress({}, [raw])  # what a sidecar that printed every line as it is would show
     json.dumps(status, allow_nan=False)
-    progress_of(status), gpujob_progress(status.get("progress"))
+    progress_of(status), kubernetes_document({"status": status})
     ledger = MonitorLedger()
     ledger.take("pod/uid", summary.read_bytes().decode("utf-8", "replace"))
     json.dumps(ledger.status_fields(), allow_nan=False)

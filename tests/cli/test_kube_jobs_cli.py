@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from operators.kubernetes.gpu_usage import MonitorLedger
 from orchestrator.backends.kubernetes import client
+from orchestrator.backends.kubernetes.gpu_usage import MonitorLedger
 from orchestrator.cli.main import main
 from orchestrator.state.gpu_usage import NO_NVML_MESSAGE
 from orchestrator.testing.kube_api import KubeApi

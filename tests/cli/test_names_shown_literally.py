@@ -4,6 +4,7 @@ it neither styles the output nor breaks it for everyone sharing the home."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -12,16 +13,13 @@ from rich.console import Console
 
 from orchestrator.cli.main import main
 from orchestrator.cli.views import live_table
-from orchestrator.state.store import JobStore, StoreWrites
+from orchestrator.state.store import JobStore
+from orchestrator.testing.states import SPOT, running_job
 
 USER = "[bold red]x[/bold red]"
 TEAM = "[/oops]"
 NOW = datetime.now(UTC) - timedelta(hours=1)
-PLACEMENT = {
-    "gpu_type": "V100", "instance_type": "p3.2xlarge", "market": "spot", "cloud": "aws", "region": "us-east-1",
-    "zone": "[green]use1-az1", "gpus_per_node": 1, "node_price_usd_per_hour": 1.0,
-    "on_demand_node_price_usd_per_hour": 3.0, "price_source": "test",
-}  # fmt: skip
+PLACEMENT = replace(SPOT, zone="[green]use1-az1")
 
 
 @pytest.fixture
@@ -29,11 +27,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("GPUCTL_HOME", str(tmp_path))
     monkeypatch.setenv("COLUMNS", "200")  # one line per row: the names are not wrapped
     store = JobStore(tmp_path)
-    job_id = store.create_job(
-        name="markup", user=USER, team=TEAM, backend="local", spec_json="{}", deadline=None, now=NOW
-    ).id
-    with store.transaction() as conn:
-        StoreWrites.open_segment(conn, job_id, 1, PLACEMENT, 1, NOW)
+    running_job(store, NOW, name="markup", user=USER, team=TEAM, placement=PLACEMENT)
     return tmp_path
 
 

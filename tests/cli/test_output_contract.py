@@ -18,6 +18,7 @@ from orchestrator.cli.output import Column, fitted_table
 from orchestrator.cli.views import JOB_COLUMNS
 from orchestrator.state.status import JobStatus
 from orchestrator.state.store import JobStore
+from orchestrator.testing.states import drive, through
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 
@@ -64,9 +65,7 @@ def long_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     store = JobStore(tmp_path)
     job = store.create_job(name="quickstart-mnist-resnet", user="someone-long", team="research-vision",
                            backend="local", spec_json="{}", deadline=None, now=NOW)  # fmt: skip
-    with store.transaction() as conn:
-        for target in (JobStatus.PLACING, JobStatus.CANCELLED):
-            store.transition(conn, job.id, target, NOW, "by hand")
+    drive(store, job.id, NOW, *through(JobStatus.PLACING, JobStatus.CANCELLED, message="by hand"))
     return job.id
 
 

@@ -24,15 +24,14 @@ from orchestrator.cli.status_document import (
 )
 from orchestrator.cli.views import summary_lines
 from orchestrator.controller import engine
+from orchestrator.controller.actions import CloseSegment, Transition
 from orchestrator.spec import JobSpec
 from orchestrator.state.status import FailureReason, JobStatus
-from orchestrator.state.store import JobStore, StoreWrites
+from orchestrator.state.store import JobStore
+from orchestrator.testing.states import drive, running_job
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 SLURM_DATA = Path(__file__).parents[1] / "backends" / "slurm" / "data"
-PLACEMENT = {"gpu_type": "V100", "instance_type": "p3.2xlarge", "market": "spot", "cloud": "aws",
-             "region": "us-east-1", "zone": "use1-az1", "gpus_per_node": 1, "node_price_usd_per_hour": 1.0,
-             "on_demand_node_price_usd_per_hour": 3.0, "price_source": "test"}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -48,17 +47,9 @@ def valid(doc: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def _preempted_local_job(store: JobStore) -> str:
-    job_id = store.create_job(
-        name="trainer", user="u", team="t", backend="local", spec_json="{}", deadline=None, now=NOW
-    ).id
-    with store.transaction() as conn:
-        for target in (JobStatus.PLACING, JobStatus.LAUNCHING, JobStatus.RUNNING):
-            store.transition(conn, job_id, target, NOW, str(target).lower())
-        StoreWrites.open_segment(conn, job_id, 1, PLACEMENT, 2, NOW)
-    with store.transaction() as conn:
-        StoreWrites.close_segment(conn, job_id, "preempted", NOW + timedelta(hours=1))
-        store.transition(conn, job_id, JobStatus.FAILED, NOW + timedelta(hours=1), "gave up",
-                         FailureReason.TOO_MANY_RESTARTS)  # fmt: skip
+    job_id = running_job(store, NOW, name="trainer", nodes=2)
+    gave_up = Transition(JobStatus.FAILED, "gave up", FailureReason.TOO_MANY_RESTARTS)
+    drive(store, job_id, NOW + timedelta(hours=1), CloseSegment("preempted"), gave_up)
     return job_id
 
 

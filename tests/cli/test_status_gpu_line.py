@@ -11,12 +11,12 @@ import pytest
 
 from orchestrator.cli.main import main
 from orchestrator.cli.views import summary_lines
-from orchestrator.state.store import JobStore, StoreWrites
+from orchestrator.controller.actions import StartAttempt
+from orchestrator.state.status import JobStatus
+from orchestrator.state.store import JobStore
+from orchestrator.testing.states import SPOT, drive, through
 
 NOW = datetime.now(UTC) - timedelta(minutes=5)
-PLACEMENT = {"gpu_type": "V100", "instance_type": "p3.2xlarge", "market": "spot", "cloud": "aws",
-             "region": "us-east-1", "zone": "use1-az1", "gpus_per_node": 1, "node_price_usd_per_hour": 1.0,
-             "on_demand_node_price_usd_per_hour": 3.0, "price_source": "test"}  # fmt: skip
 
 
 def test_a_job_that_ran_unmeasured_has_a_not_measured_gpu_line(
@@ -28,8 +28,7 @@ def test_a_job_that_ran_unmeasured_has_a_not_measured_gpu_line(
                            deadline=None, now=NOW)  # fmt: skip
     assert main(["status", job.id]) == 0
     assert "GPU use" not in capsys.readouterr().out  # not started: nothing to measure yet
-    with store.transaction() as conn:
-        StoreWrites.open_segment(conn, job.id, 1, PLACEMENT, 2, NOW)
+    drive(store, job.id, NOW, *through(JobStatus.PLACING, JobStatus.LAUNCHING), StartAttempt(SPOT, 2))
     assert main(["status", job.id]) == 0
     out = capsys.readouterr().out
     assert f"GPU use: not measured (no NVML on the nodes, or no monitor: `gpuctl events {job.id}`" in out

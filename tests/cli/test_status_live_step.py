@@ -10,23 +10,17 @@ from pathlib import Path
 import pytest
 
 from orchestrator.cli.main import main
+from orchestrator.controller.actions import Transition
 from orchestrator.state.status import JobStatus
-from orchestrator.state.store import JobStore, StoreWrites
-from tests.cli.hostile_home import PLACEMENT, write_lines
+from orchestrator.state.store import JobStore
+from orchestrator.testing.states import drive, running_job
+from tests.cli.hostile_home import write_lines
 
 STARTED = datetime.now(UTC) - timedelta(minutes=5)
 
 
 def _running(store: JobStore, message: str) -> str:
-    job_id = store.create_job(
-        name="trainer", user="u", team="t", backend="local", spec_json="{}", deadline=None, now=STARTED
-    ).id
-    with store.transaction() as conn:
-        for target in (JobStatus.PLACING, JobStatus.LAUNCHING):
-            store.transition(conn, job_id, target, STARTED, str(target).lower())
-        StoreWrites.open_segment(conn, job_id, 1, PLACEMENT, 2, STARTED)
-        store.transition(conn, job_id, JobStatus.RUNNING, STARTED, message)
-    return job_id
+    return running_job(store, STARTED, name="trainer", nodes=2, message=message)
 
 
 def _progress(step: int, loss: float) -> str:
@@ -66,8 +60,7 @@ def test_a_job_not_running_shows_its_message_and_its_last_step(
     store: JobStore, capsys: pytest.CaptureFixture[str]
 ) -> None:
     job_id = _running(store, "training at step 6 on 2 node(s)")
-    with store.transaction() as conn:
-        store.transition(conn, job_id, JobStatus.PREEMPTED, STARTED, "spot capacity reclaimed")
+    drive(store, job_id, STARTED, Transition(JobStatus.PREEMPTED, "spot capacity reclaimed"))
     write_lines(store.job_dir(job_id) / "progress.jsonl", [_progress(40, 1.0)])
     assert main(["status", job_id]) == 0
     lines = capsys.readouterr().out.splitlines()

@@ -12,6 +12,7 @@ import asyncio
 import json
 import unicodedata
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -22,12 +23,14 @@ import pytest_asyncio
 from orchestrator.backends.kubernetes import client
 from orchestrator.backends.kubernetes.crd import GROUP, PLURAL, VERSION
 from orchestrator.cli.main import main
+from orchestrator.controller.actions import RecordEvent, SetWaiting, StartAttempt, Transition
 from orchestrator.spec import load_spec_text
 from orchestrator.state.status import FailureReason, JobStatus
-from orchestrator.state.store import JobStore, StoreWrites
+from orchestrator.state.store import JobStore
 from orchestrator.terminal import terminal_text
 from orchestrator.testing.kube_api import KubeApi
 from orchestrator.testing.pod_logs import FakePodLogs
+from orchestrator.testing.states import SPOT, drive, through
 from tests.cli.test_kube_events_logs import _event, _pod
 from tests.cli.test_kube_jobs_cli import use_emulator
 
@@ -76,15 +79,13 @@ def local_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, l
         job = store.create_job(name=name, user=HOSTILE, team=HOSTILE, backend="local", spec_json=spec,
                                deadline=None, now=NOW)  # fmt: skip
         ids.append(job.id)
-    placement = {"gpu_type": HOSTILE, "instance_type": HOSTILE, "market": "spot", "cloud": "aws",
-                 "region": HOSTILE, "zone": HOSTILE, "gpus_per_node": 1, "node_price_usd_per_hour": 1.0,
-                 "on_demand_node_price_usd_per_hour": 3.0, "price_source": HOSTILE}  # fmt: skip
-    waiting = {"code": "no_spot", "message": HOSTILE, "since": NOW.isoformat()}
-    with store.transaction() as conn:
-        StoreWrites.open_segment(conn, ids[0], 1, placement, 1, NOW)
-        StoreWrites.set_option(conn, ids[0], "waiting", waiting)
-        StoreWrites.event(conn, ids[0], NOW, HOSTILE, HOSTILE)
-        store.transition(conn, ids[1], JobStatus.FAILED, NOW, HOSTILE, FailureReason.INTERNAL_ERROR)
+    placement = replace(SPOT, gpu_type=HOSTILE, instance_type=HOSTILE, region=HOSTILE, zone=HOSTILE,
+                        price_source=HOSTILE)  # fmt: skip
+    drive(
+        store, ids[0], NOW, *through(JobStatus.PLACING, JobStatus.LAUNCHING), StartAttempt(placement, 1),
+        SetWaiting("no_spot", HOSTILE), RecordEvent(HOSTILE, HOSTILE),
+    )  # fmt: skip
+    drive(store, ids[1], NOW, Transition(JobStatus.FAILED, HOSTILE, FailureReason.INTERNAL_ERROR))
     store.set_summary(ids[1], {"step": 3, "loss": 0.5, "metrics": {HOSTILE: 1.0}})
     log = tmp_path / "jobs" / ids[1] / "attempt-1" / "failed-n0" / "output.log"
     log.parent.mkdir(parents=True)
@@ -113,7 +114,9 @@ def test_local_status_and_events_have_no_control_character(
     _, failed = _cli(capsys, "status", ids[1])
     assert f"final metrics: {terminal_text(HOSTILE)} 1.0000" in failed
     _, events = _cli(capsys, "events", ids[0])
-    assert events.count("\\x9b2Jcsi") == 3, "the zone of the segment event, the kind and message of the other"
+    assert events.count("\\x9b2Jcsi") == 4, (
+        "the zone of the attempt and segment events, the other's kind and message"
+    )
     code, doc = _cli(capsys, "status", ids[0], "-o", "json")
     assert code == 0 and json.loads(doc)["user"] == HOSTILE, "JSON keeps the value (escaped by JSON)"
 

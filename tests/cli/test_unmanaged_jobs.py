@@ -15,9 +15,11 @@ from typing import Any
 import pytest
 
 from orchestrator.cli.main import main
+from orchestrator.controller.actions import Transition
 from orchestrator.controller.loop import ControllerLock
 from orchestrator.state.status import JobStatus
 from orchestrator.state.store import JobStore
+from orchestrator.testing.states import drive
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 
@@ -42,8 +44,7 @@ def _job(store: JobStore, name: str, backend: str = "local", ended: bool = False
     job_id = store.create_job(name=name, user="u", team="t", backend=backend, spec_json="{}", deadline=None,
                               now=NOW).id  # fmt: skip
     if ended:
-        with store.transaction() as conn:
-            store.transition(conn, job_id, JobStatus.CANCELLED, NOW, "cancelled")
+        drive(store, job_id, NOW, Transition(JobStatus.CANCELLED, "cancelled"))
     return job_id
 
 

@@ -10,12 +10,21 @@ import pytest
 from orchestrator.backends.base import NodeObservation, NodePhase, Placement, Progress
 from orchestrator.catalog.offers import MarketKind
 from orchestrator.controller.actions import StartAttempt, StopNodes, Transition
-from orchestrator.controller.market_choice import MarketView, ZoneMarket, work_hours, work_progress
+from orchestrator.controller.market_choice import (
+    JobClock,
+    MarketRefusal,
+    MarketView,
+    MarketWait,
+    ZoneMarket,
+    choose_market,
+    work_hours,
+    work_progress,
+)
 from orchestrator.controller.reconcile import JobView, reconcile
 from orchestrator.errors import UserError
 from orchestrator.policies import ZoneHistory
 from orchestrator.spec import load_spec_text
-from orchestrator.state.status import JobStatus
+from orchestrator.state.status import FailureReason, JobStatus
 from orchestrator.state.watch import StepSample, WatchState
 
 S = JobStatus
@@ -167,3 +176,14 @@ def test_plan_ahead_decides_in_the_controller() -> None:
     assert launched(reconcile(view(policy + "goals: {compute_hours: 2}\n", market(0, 1)))) is SPOT_B
     # no spot anywhere and 0.3 h of slack left: on-demand
     assert launched(reconcile(view(policy + "goals: {compute_hours: 8.7}\n", market(0, 0)))) is ON_DEMAND
+
+
+def test_a_placement_never_possible_is_a_refusal_not_a_wait() -> None:
+    no_on_demand = replace(market(0, 0), on_demand=None)
+    clock = JobClock(NOW, SUBMITTED, SUBMITTED + timedelta(hours=10), None)
+    tight = load_spec_text("name: t\ncommand: train.py\ngoals: {compute_hours: 8.7}\n")
+    assert choose_market(tight, no_on_demand, clock) == MarketRefusal("no on-demand offer of V100")
+    assert isinstance(choose_market(tight.model_copy(update={"goals": tight.goals.model_copy(
+        update={"compute_hours": 2.0})}), no_on_demand, clock), MarketWait)  # fmt: skip
+    (failed,) = reconcile(view("goals: {compute_hours: 8.7}\n", no_on_demand))
+    assert failed == Transition(S.FAILED, "no on-demand offer of V100", FailureReason.NO_CAPACITY)

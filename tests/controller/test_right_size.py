@@ -9,15 +9,15 @@ from pathlib import Path
 
 from orchestrator.backends.base import Placement, Progress
 from orchestrator.catalog.offers import MarketKind
-from orchestrator.controller.actions import RightSize, StartAttempt
-from orchestrator.controller.driver import placement_to_dict
+from orchestrator.controller.actions import CloseSegment, RightSize, StartAttempt, Transition
 from orchestrator.controller.measurements import gpu_measurements, monitor_usage
 from orchestrator.controller.reconcile import JobView, reconcile
 from orchestrator.policies import GpuMeasurement
 from orchestrator.spec import load_spec_text
 from orchestrator.state.status import JobStatus
-from orchestrator.state.store import JobStore, StoreWrites
+from orchestrator.state.store import JobStore
 from orchestrator.state.usage import UsageStore
+from orchestrator.testing.states import drive, running_job
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 A100 = Placement("A100", MarketKind.SPOT, "aws", "us-east-1", "use1-az1", "p4d", 8, 10.0, 32.0, "test")
@@ -69,13 +69,17 @@ def test_without_measurements_or_progress_nothing_is_sized() -> None:
 
 def _ran(store: JobStore, name: str, placement: Placement, nodes: int, steps_per_s: float) -> str:
     spec = load_spec_text(f"name: {name}\ncommand: train.py\n")
-    job = store.create_job(name=name, user="u", team="t", backend="local", spec_json=spec.model_dump_json(),
-                           deadline=None, now=NOW)  # fmt: skip
     start = NOW - timedelta(minutes=10)
-    with store.transaction() as conn:
-        attempt = StoreWrites.start_attempt(conn, job.id, placement_to_dict(placement), start)
-        StoreWrites.open_segment(conn, job.id, attempt, placement_to_dict(placement), nodes, start)
-        StoreWrites.close_segment(conn, job.id, "finished", start + timedelta(minutes=5))
+    job_id = running_job(
+        store, start, name=name, placement=placement, nodes=nodes, spec_json=spec.model_dump_json()
+    )
+    drive(
+        store,
+        job_id,
+        start + timedelta(minutes=5),
+        CloseSegment("finished"),
+        Transition(JobStatus.SUCCEEDED, "done"),
+    )
     lines = [
         {"time": (start + timedelta(seconds=30 + i)).isoformat(), "step": int(i * steps_per_s), "total_steps": 999}
         for i in range(0, 120, 10)
@@ -83,8 +87,8 @@ def _ran(store: JobStore, name: str, placement: Placement, nodes: int, steps_per
     lines.append(
         {"time": (start + timedelta(minutes=8)).isoformat(), "step": 10**6}
     )  # after the segment: ignored
-    (store.job_dir(job.id) / "progress.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
-    return job.id
+    (store.job_dir(job_id) / "progress.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    return job_id
 
 
 def test_measurements_come_from_runs_of_the_same_job_per_gpu_type(tmp_path: Path) -> None:

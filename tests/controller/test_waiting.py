@@ -10,7 +10,7 @@ import pytest
 
 from orchestrator.backends.base import NodeObservation, NodePhase
 from orchestrator.controller.actions import Alert, SetWaiting, StopNodes, Transition
-from orchestrator.controller.engine import apply, placement_state
+from orchestrator.controller.engine import apply
 from orchestrator.controller.reconcile import JobView, market_view, reconcile_and_explain
 from orchestrator.controller.waiting import WAITING_REASONS, WAITING_STATES
 from orchestrator.spec import load_spec_text
@@ -108,7 +108,7 @@ def test_a_transition_into_a_waiting_state_records_its_message_and_running_clear
 
 def _running(gpu: GpuActivity, body: str = "watchdog: {idle_after: 10m}\n") -> JobView:
     start = NOW - timedelta(hours=1)
-    segment = SegmentState(attempt=1, placement=placement_state(SPOT), nodes=1, started_at=start)
+    segment = SegmentState(attempt=1, placement=SPOT, nodes=1, started_at=start)
     steps = WatchState(samples=(StepSample(step=1, at=NOW - timedelta(seconds=20)),
                                 StepSample(step=3, at=NOW - timedelta(seconds=1))), total_steps=100)  # fmt: skip
     spec = load_spec_text("name: t\ncommand: train.py\n" + body)

@@ -79,6 +79,6 @@ def test_the_policy_is_given_the_kept_log(tmp_path: Path) -> None:
     controller = Controller(store, world)
     controller.tick_job(job_id, clock.now())
     job = store.job(job_id)
-    view, _ = controller.driver._view(job, load_state(store, job_id), stored_spec(job), clock.now())
+    view = controller.driver._observe(job, load_state(store, job_id), stored_spec(job), clock.now())
     assert view.market is not None and view.market.market_log is not None
     assert view.market.market_log == MarketLog.from_dict(ZoneWatch(store).job_log(job_id) or {})

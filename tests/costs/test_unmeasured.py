@@ -12,17 +12,17 @@ import pytest
 from rich.console import Console
 
 from orchestrator.cli.cost_cmd import load_report_inputs
+from orchestrator.controller.actions import CloseSegment, Transition
 from orchestrator.costs.html import to_html
 from orchestrator.costs.render import to_csv, to_json, to_table
 from orchestrator.costs.report import build_report_from
 from orchestrator.monitor.summary import unavailable_record
-from orchestrator.state.store import JobStore, StoreWrites
+from orchestrator.state.status import JobStatus
+from orchestrator.state.store import JobStore
+from orchestrator.testing.states import drive, running_job
 
 START = datetime(2026, 11, 22, 10, 0, tzinfo=UTC)
 END = datetime(2026, 11, 22, 11, 0, tzinfo=UTC)
-PLACEMENT = {"gpu_type": "V100", "instance_type": "p3.2xlarge", "market": "spot", "cloud": "aws",
-             "region": "us-east-1", "zone": "use1-az1", "gpus_per_node": 1, "node_price_usd_per_hour": 1.0,
-             "on_demand_node_price_usd_per_hour": 3.0, "price_source": "test"}  # fmt: skip
 
 
 def idle_window(seconds: float) -> str:
@@ -38,15 +38,10 @@ def idle_window(seconds: float) -> str:
 
 def ran(store: JobStore, name: str, summary: str) -> str:
     """A job of team ``t`` on 2 nodes x 1 GPU for an hour, with ``summary`` as its node 0 monitor file."""
-    job = store.create_job(
-        name=name, user="u", team="t", backend="slurm", spec_json="{}", deadline=None, now=START
-    )
-    with store.transaction() as conn:
-        StoreWrites.open_segment(conn, job.id, 1, PLACEMENT, 2, START)
-        conn.execute("UPDATE segments SET ended_at = ?, end_reason = 'finished' WHERE job_id = ?",
-                     (END.isoformat(), job.id))  # fmt: skip
-    (store.job_dir(job.id) / f"monitor-summary-{name}-a1-n0.jsonl").write_text(summary)
-    return job.id
+    job_id = running_job(store, START, name=name, backend="slurm", nodes=2)
+    drive(store, job_id, END, CloseSegment("finished"), Transition(JobStatus.SUCCEEDED, "finished"))
+    (store.job_dir(job_id) / f"monitor-summary-{name}-a1-n0.jsonl").write_text(summary)
+    return job_id
 
 
 @pytest.fixture

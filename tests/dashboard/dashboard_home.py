@@ -5,46 +5,50 @@ team and user, with progress, monitor windows and a log that holds markup."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from orchestrator.catalog.offers import MarketKind
+from orchestrator.controller.actions import CloseSegment, CountPreemption, StartAttempt, Transition
 from orchestrator.state.status import FailureReason, JobStatus
-from orchestrator.state.store import JobStore, StoreWrites
+from orchestrator.state.store import JobStore
 from orchestrator.state.usage import UsageStore
-from tests.cli.hostile_home import PLACEMENT, WINDOW, write_lines
+from orchestrator.testing.states import SPOT, drive
+from tests.cli.hostile_home import WINDOW, write_lines
 
 HOSTILE = "<img src=x onerror=alert(1)>"
 HOSTILE_USER = '"><script>alert(2)</script>'
 HOSTILE_LOG = "<script>alert(3)</script> & done"
 START = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=3)
-ON_DEMAND = {**PLACEMENT, "market": "on_demand", "node_price_usd_per_hour": 3.0, "zone": "use1-az2"}
+ON_DEMAND = replace(SPOT, market=MarketKind.ON_DEMAND, node_price_usd_per_hour=3.0, zone="use1-az2")
 
 
-def _run(store: JobStore, job_id: str, t: datetime) -> None:
-    with store.transaction() as conn:
-        for target in (JobStatus.PLACING, JobStatus.LAUNCHING, JobStatus.RUNNING):
-            store.transition(conn, job_id, target, t, f"{str(target).lower()} (policy: spot has capacity)")
+def _run(store: JobStore, job_id: str, t: datetime, nodes: int) -> None:
+    """PENDING to RUNNING at ``t``, attempt 1 on ``nodes`` spot nodes."""
+    launch = [
+        Transition(s, f"{str(s).lower()} (policy: spot has capacity)")
+        for s in (JobStatus.PLACING, JobStatus.LAUNCHING)
+    ]
+    running = Transition(JobStatus.RUNNING, "running (policy: spot has capacity)")
+    drive(store, job_id, t, *launch, StartAttempt(SPOT, nodes), running)
 
 
 def finished_job(store: JobStore) -> str:
     """Attempt 1 on spot, preempted after an hour; attempt 2 on on-demand, succeeded."""
     job_id = store.create_job(name="trainer", user="ana", team="ml", backend="local", spec_json="{}",
                               deadline=None, now=START).id  # fmt: skip
-    _run(store, job_id, START)
-    with store.transaction() as conn:
-        StoreWrites.open_segment(conn, job_id, 1, PLACEMENT, 2, START)
+    _run(store, job_id, START, nodes=2)
     later = START + timedelta(hours=1)
-    with store.transaction() as conn:
-        StoreWrites.close_segment(conn, job_id, "preempted", later)
-        store.transition(conn, job_id, JobStatus.PREEMPTED, later, "spot capacity reclaimed")
-        store.transition(conn, job_id, JobStatus.RECOVERING, later, "resuming from step 40")
-        store.transition(conn, job_id, JobStatus.LAUNCHING, later, "on-demand: no spot in any zone")
-        store.transition(conn, job_id, JobStatus.RUNNING, later, "running")
-        StoreWrites.open_segment(conn, job_id, 2, ON_DEMAND, 1, later)
+    drive(
+        store, job_id, later, CloseSegment("preempted"), CountPreemption(),
+        Transition(JobStatus.PREEMPTED, "spot capacity reclaimed"),
+        Transition(JobStatus.RECOVERING, "resuming from step 40"),
+        Transition(JobStatus.LAUNCHING, "on-demand: no spot in any zone"), StartAttempt(ON_DEMAND, 1),
+        Transition(JobStatus.RUNNING, "running"),
+    )  # fmt: skip
     end = later + timedelta(minutes=30)
-    with store.transaction() as conn:
-        StoreWrites.close_segment(conn, job_id, "finished", end)
-        store.transition(conn, job_id, JobStatus.SUCCEEDED, end, "training finished")
+    drive(store, job_id, end, CloseSegment("finished"), Transition(JobStatus.SUCCEEDED, "training finished"))
     job_dir = store.job_dir(job_id)
     steps = [
         {"time": (START + timedelta(minutes=i)).isoformat(), "step": i, "total_steps": 100} for i in range(50)
@@ -59,15 +63,10 @@ def hostile_job(store: JobStore) -> str:
     """A job whose team, user, message and log hold markup; preempted, then failed."""
     job_id = store.create_job(name="hostile", user=HOSTILE_USER, team=HOSTILE, backend="local",
                               spec_json="{}", deadline=None, now=START).id  # fmt: skip
-    _run(store, job_id, START)
-    with store.transaction() as conn:
-        StoreWrites.open_segment(conn, job_id, 1, PLACEMENT, 1, START)
+    _run(store, job_id, START, nodes=1)
     end = START + timedelta(minutes=20)
-    with store.transaction() as conn:
-        StoreWrites.close_segment(conn, job_id, "preempted", end)
-        store.transition(
-            conn, job_id, JobStatus.FAILED, end, f"gave up {HOSTILE}", FailureReason.TOO_MANY_RESTARTS
-        )
+    gave_up = Transition(JobStatus.FAILED, f"gave up {HOSTILE}", FailureReason.TOO_MANY_RESTARTS)
+    drive(store, job_id, end, CloseSegment("preempted"), gave_up)
     log = store.job_dir(job_id) / "attempt-1" / "node-0" / "output.log"
     log.parent.mkdir(parents=True)
     write_lines(log, ["starting", HOSTILE_LOG, "\x1b[2Jcleared?"])

@@ -4,8 +4,7 @@ The issue's aim (never more than 0.005 of the on-demand cost above the best base
 met on held-out data over the whole grid in 155 of 156 rows, the other within noise, by plan-ahead
 with the week before each start (see docs/policies.md). On this reduced grid it is met in every row: every policy meets every deadline, and the default (plan-ahead), scored on sets held
 out from its choice, is never more than 0.005 of the on-demand cost above the best baseline (at
-worst +0.004 today; before the share-split prior, one row of 18 was +0.021), where reserve-slack,
-the old default, is above it in several rows (today eight).
+worst +0.004), where reserve-slack is above it in several rows (eight).
 """
 
 from __future__ import annotations
@@ -41,7 +40,7 @@ def test_held_out_rows_on_a_reduced_grid() -> None:
         regime: [synthetic.trace_set(regime, FITS, seed=3, days=5.0, tick_h=0.1)[i] for i in (0, 3)]
         for regime in ("fitted", "long-outages", "fail-together")
     }
-    # the default (plan-ahead), chosen on the other sets, against the old default reserve-slack
+    # the default (plan-ahead), chosen on the other sets, against reserve-slack
     assert PlanAheadPolicy.name == DEFAULT_POLICY
     old = ReserveSlackPolicy.name
     policies = {name: market_policy(name) for name in (*BASELINES, old, DEFAULT_POLICY)}

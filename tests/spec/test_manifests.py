@@ -54,7 +54,7 @@ def test_the_shipped_example_reads_as_two_gpujobs() -> None:
 
 
 def test_a_gpujob_spec_is_read_as_the_operator_reads_it() -> None:
-    from operators.kubernetes.reconcile import job_spec  # the operator's reading of a GPUJob
+    from orchestrator.backends.kubernetes.gpujob import job_spec  # the operator's reading of a GPUJob
 
     for document in load_spec_documents(EXAMPLE, derive_name=derived_name):
         assert document.spec is not None and document.object_name is not None
@@ -71,10 +71,10 @@ def _raw_spec(document: SpecDocument) -> dict[str, object]:
 
 
 def test_the_shape_constants_are_the_crds_and_the_operators() -> None:
-    from operators.kubernetes import reconcile
+    from orchestrator.backends.kubernetes import gpujob
 
     assert (GPUJOB_API_VERSION, GPUJOB_KIND) == (crd.API_VERSION, crd.KIND)
-    assert OBJECT_NAME.pattern == reconcile.OBJECT_NAME.pattern
+    assert OBJECT_NAME.pattern == gpujob.OBJECT_NAME.pattern
 
 
 def test_gpujob_fields_are_not_unknown_fields_and_spec_errors_name_document_and_line(tmp_path: Path) -> None:

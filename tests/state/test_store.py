@@ -5,9 +5,13 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.controller import engine
+from orchestrator.controller.actions import CloseSegment, CountPreemption, StartAttempt, Transition
 from orchestrator.errors import InternalError, NotFoundError
+from orchestrator.state.state_rows import load_state, save_state
 from orchestrator.state.status import JobStatus
-from orchestrator.state.store import JobStore, StoreWrites
+from orchestrator.state.store import JobStore
+from orchestrator.testing.states import SPOT, drive, through
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 
@@ -18,35 +22,49 @@ def _job(store: JobStore) -> str:
     ).id
 
 
-def test_transition_writes_status_and_event_together(tmp_path: Path) -> None:
+def test_a_transition_saves_status_and_event_together(tmp_path: Path) -> None:
     store = JobStore(tmp_path)
     job_id = _job(store)
-    with store.transaction() as conn:
-        store.transition(conn, job_id, JobStatus.PLACING, NOW, "placing")
+    drive(store, job_id, NOW, Transition(JobStatus.PLACING, "placing"))
     assert store.job(job_id).status is JobStatus.PLACING
     assert [e.status for e in store.events(job_id)] == [JobStatus.PENDING, JobStatus.PLACING]
 
 
-def test_illegal_transition_rolls_back_the_whole_transaction(tmp_path: Path) -> None:
+def test_illegal_transition_writes_nothing(tmp_path: Path) -> None:
     store = JobStore(tmp_path)
     job_id = _job(store)
-    with pytest.raises(InternalError), store.transaction() as conn:
-        StoreWrites.increment(conn, job_id, "preemptions")
-        store.transition(conn, job_id, JobStatus.RUNNING, NOW, "skip ahead")
+    with pytest.raises(InternalError):
+        drive(store, job_id, NOW, CountPreemption(), Transition(JobStatus.RUNNING, "skip ahead"))
     job = store.job(job_id)
     assert job.status is JobStatus.PENDING and job.preemptions == 0
+
+
+def test_a_failed_transaction_rolls_the_whole_state_back(tmp_path: Path) -> None:
+    store = JobStore(tmp_path)
+    job_id = _job(store)
+    old = load_state(store, job_id)
+    applied = engine.apply(
+        [CountPreemption(), Transition(JobStatus.PLACING, "placing")], old, job_id, (), NOW
+    )
+    with pytest.raises(RuntimeError), store.transaction() as conn:
+        save_state(conn, job_id, old, applied.state, applied.events, NOW)
+        raise RuntimeError("killed mid-tick")
+    job = store.job(job_id)
+    assert job.status is JobStatus.PENDING and job.preemptions == 0
+    assert [e.status for e in store.events(job_id)] == [JobStatus.PENDING]
 
 
 def test_segments_open_and_close(tmp_path: Path) -> None:
     store = JobStore(tmp_path)
     job_id = _job(store)
-    placement = {"gpu_type": "V100", "instance_type": "p3.2xlarge", "market": "spot", "cloud": "aws",
-                 "region": "us-east-1", "zone": "use1-az1", "gpus_per_node": 1, "node_price_usd_per_hour": 1.0,
-                 "on_demand_node_price_usd_per_hour": 3.0, "price_source": "test"}  # fmt: skip
-    with store.transaction() as conn:
-        StoreWrites.open_segment(conn, job_id, 1, placement, 2, NOW)
-    with store.transaction() as conn:
-        StoreWrites.close_segment(conn, job_id, "preempted", NOW.replace(hour=13))
+    drive(store, job_id, NOW, *through(JobStatus.PLACING, JobStatus.LAUNCHING), StartAttempt(SPOT, 2))
+    drive(
+        store,
+        job_id,
+        NOW.replace(hour=13),
+        CloseSegment("preempted"),
+        Transition(JobStatus.PREEMPTED, "reclaimed"),
+    )
     (seg,) = store.segments(job_id)
     assert seg.cost_usd(NOW) == pytest.approx(2.0) and seg.on_demand_equivalent_usd(NOW) == pytest.approx(6.0)
     assert seg.end_reason == "preempted"

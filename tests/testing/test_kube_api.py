@@ -48,3 +48,36 @@ async def test_stopping_the_operator_leaves_the_tests_tasks_and_threads_alone(
         assert not [
             t.name for t in threading.enumerate() if t.name.startswith(("kopf-operator", "kopf-handler"))
         ]
+
+
+@pytest.mark.parametrize("history", [True, False])
+async def test_lists_filter_by_label_and_requests_are_counted(history: bool) -> None:
+    """As the API server: a list by label returns only the matching objects; a get, patch or delete by
+    name finds the object however many others there are; with or without the log of requests, every
+    request is counted by kind."""
+    async with KubeApi(history=history) as api:
+        for index in range(30):
+            labels = {"gpuctl.dev/job": f"j{index % 3}", **({"extra": "x"} if index == 5 else {})}
+            pod = {"metadata": {"name": f"p{index}", "labels": labels},
+                   "spec": {"containers": [{"name": "c", "image": "i"}]}}  # fmt: skip
+            await api.call(api.core.create_namespaced_pod, "default", pod)
+        listed = await api.call(api.core.list_namespaced_pod, "default", label_selector="gpuctl.dev/job=j1")
+        assert sorted(p.metadata.name for p in listed.items) == sorted(f"p{i}" for i in range(1, 30, 3))
+        both = await api.call(
+            api.core.list_namespaced_pod, "default", label_selector="gpuctl.dev/job=j1,extra"
+        )
+        assert [p.metadata.name for p in both.items] == []
+        other = await api.call(
+            api.core.list_namespaced_pod, "default", label_selector="gpuctl.dev/job!=j1,extra"
+        )
+        assert [p.metadata.name for p in other.items] == ["p5"]
+        await api.call(api.core.delete_namespaced_pod, "p7", "default")
+        assert (await api.call(api.core.read_namespaced_pod, "p8", "default")).metadata.name == "p8"
+        await api.call(api.core.patch_namespaced_pod, "p8", "default", {"metadata": {"labels": {"new": "y"}}})
+        relisted = await api.call(api.core.list_namespaced_pod, "default", label_selector="new")
+        assert [p.metadata.name for p in relisted.items] == ["p8"]
+        assert len((await api.call(api.core.list_namespaced_pod, "default")).items) == 29
+        counts = api.requests()
+        assert counts["POST pods"] == 30 and counts["LIST pods"] == 5 and counts["DELETE pods"] == 1
+        assert counts["GET pods"] == 1 and counts["PATCH pods"] == 1
+        assert (len(list(api.emulator)) > 30) is history

@@ -16,7 +16,7 @@ from typing import Any
 
 from orchestrator import extras
 from orchestrator.backends.kubernetes.crd import API_VERSION, GROUP, KIND, PLURAL, VERSION
-from orchestrator.backends.kubernetes.manifests import ANNOTATION_JOB, LABEL_JOB, job_label
+from orchestrator.backends.kubernetes.manifests import ANNOTATION_JOB, LABEL_ATTEMPT, LABEL_JOB, job_label
 from orchestrator.errors import (
     GpuctlError,
     InternalError,
@@ -250,6 +250,18 @@ def list_job_pods(
     return [p for p in pods if (p.get("metadata", {}).get("labels") or {}).get(LABEL_JOB) == label]
 
 
+def list_gpuctl_pods(namespace: str, api: Any | None = None) -> list[dict[str, Any]]:
+    """Every gpuctl job's pods of ``namespace`` (those with the job label), in one LIST."""
+    api = api or api_client()
+    core = k8s.CoreV1Api(api)
+    listing = _call(
+        f"list pods of {namespace}", core.list_namespaced_pod, namespace, label_selector=LABEL_JOB
+    )
+    return [
+        p for p in (_dict(api, p) for p in listing.items) if LABEL_JOB in (p["metadata"].get("labels") or {})
+    ]
+
+
 def _not_ours(kind: str, name: str, job: str) -> UserError:
     return UserError(
         f"a {kind} named {name} already exists and does not belong to job {job}",
@@ -259,7 +271,10 @@ def _not_ours(kind: str, name: str, job: str) -> UserError:
 
 def create_pod(pod: dict[str, Any], api: Any | None = None, owner_uid: str | None = None) -> None:
     """Create a pod; one of that name that exists already is fine only if it is the same job's
-    (label and owner uid), else :class:`UserError`: a 409 on someone else's pod is no success."""
+    (label and owner uid) and the same attempt's, else an error: :class:`UserError` for someone else's
+    pod (a 409 on it is no success), :class:`TemporaryError` for one of the job's older attempts that
+    still holds the name (a pass that listed the pods before it was made; the next pass waits for it
+    to go)."""
     api = api or api_client()
     core = k8s.CoreV1Api(api)
     meta = pod["metadata"]
@@ -276,6 +291,12 @@ def create_pod(pod: dict[str, Any], api: Any | None = None, owner_uid: str | Non
         existing = _dict(api, _call(f"read pod {name}", core.read_namespaced_pod, name, namespace))
         if not belongs_to(existing, job, owner_uid):
             raise _not_ours("pod", name, job) from None
+        attempt = (meta.get("labels") or {}).get(LABEL_ATTEMPT)
+        if (existing["metadata"].get("labels") or {}).get(LABEL_ATTEMPT) != attempt:
+            raise TemporaryError(
+                f"cannot create pod {name} of attempt {attempt}: an older attempt's pod still has the name",
+                "nothing: the next pass creates it once that pod is gone",
+            ) from None
 
 
 def delete_pod(
@@ -312,6 +333,13 @@ def ensure_service(service: dict[str, Any], api: Any | None = None, owner_uid: s
         job = str(service["metadata"]["annotations"][ANNOTATION_JOB])
         if not belongs_to(existing, job, owner_uid):
             raise _not_ours("service", name, job) from None
+
+
+def create_secret(secret: dict[str, Any], api: Any | None = None) -> None:
+    """Create a Secret (one of that name already there: :class:`UserError` saying "already exists")."""
+    core = _core_api(api)
+    meta = secret["metadata"]
+    _call(f"create secret {meta['name']}", core.create_namespaced_secret, meta["namespace"], secret)
 
 
 def delete_service(

@@ -110,6 +110,10 @@ class KubeConfig:
     kueue_queue: str | None = None
     """Kueue LocalQueue of jobs whose spec names no ``queue`` (the chart's ``kueueQueue``); None: such
     jobs' pods carry no Kueue labels."""
+    intake_url: str | None = None
+    """The operator's intake (``http://SERVICE.NAMESPACE.svc:PORT``, the chart's ``intake`` values):
+    job pods' monitors push their records there (orchestrator/backends/kubernetes/intake.py). None: the operator
+    reads each monitor's log every pass."""
     karpenter_do_not_disrupt: bool = True
     """Mark training pods ``karpenter.sh/do-not-disrupt`` (the chart's ``karpenterDoNotDisrupt``): no
     consolidation or drift replaces a node under a running attempt."""

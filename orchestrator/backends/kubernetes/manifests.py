@@ -25,8 +25,10 @@ from orchestrator.backends.kubernetes.config import GPU_PRODUCT_LABEL, GPU_RESOU
 from orchestrator.backends.kubernetes.crd import API_VERSION, KIND
 from orchestrator.catalog.offers import MarketKind
 from orchestrator.errors import InternalError, SpecError
-from orchestrator.spec import JobSpec, parse_duration
+from orchestrator.monitor import push
+from orchestrator.spec import JobSpec
 from orchestrator.spec.env import FromEnv, SecretRef
+from orchestrator.state import job_dir
 
 LABEL_JOB = "gpuctl.dev/job"
 LABEL_ATTEMPT = "gpuctl.dev/attempt"
@@ -46,8 +48,10 @@ KARPENTER_DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
 TRAINER = "trainer"
 MONITOR = "monitor"
 SHARED_DIR = "/gpuctl/shared"
-PROGRESS_FILE = f"{SHARED_DIR}/progress.jsonl"
+PROGRESS_FILE = f"{SHARED_DIR}/{job_dir.PROGRESS_FILE}"
 NOTICE_FILE = f"{SHARED_DIR}/notice"
+INTAKE_TOKEN_KEY = "token"
+"""The key of a GPUJob's intake token in its Secret (:func:`intake_secret_name`)."""
 
 
 @dataclass(frozen=True)
@@ -238,10 +242,11 @@ def _env(spec: JobSpec, job: str, attempt: int, name: str, config: KubeConfig) -
         checkpoint_dir=checkpoint_dir(spec, job, config),
         keep=ckpt.keep,
         every_steps=ckpt.every_steps,
-        every_seconds=int(parse_duration(ckpt.every).total_seconds()) if ckpt.every is not None else None,
+        every_seconds=int(ckpt.every.total_seconds()) if ckpt.every is not None else None,
         global_batch=spec.policies.global_batch,
         progress_file=PROGRESS_FILE,
         notice_file=NOTICE_FILE,
+        tune=spec.runtime.tune.value,
     )
     check_kube_env(spec, f"job '{spec.name}'")
     user_env = [_user_env_var(k, v) for k, v in spec.env.items() if k not in values]
@@ -307,7 +312,35 @@ def _trainer_resources(spec: JobSpec) -> dict[str, Any]:
     return {"limits": limits, "requests": requests} if requests else {"limits": limits}
 
 
-def _monitor_container(job: str, name: str, config: KubeConfig) -> dict[str, Any]:
+def intake_secret_name(job: str) -> str:
+    return derived_name(job, "-intake")
+
+
+def build_intake_secret(owner: Owner, namespace: str, token: str) -> dict[str, Any]:
+    """The Secret holding a GPUJob's intake token (orchestrator/backends/kubernetes/intake.py), owned by the GPUJob."""
+    name = intake_secret_name(owner.name)
+    meta = _metadata(name, namespace, owner.name, job_labels(owner.name), owner)
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": meta, "type": "Opaque",
+            "stringData": {INTAKE_TOKEN_KEY: token}}  # fmt: skip
+
+
+def _intake_env(job: str, config: KubeConfig, owner: Owner | None) -> list[dict[str, Any]]:
+    """The monitor's push target (orchestrator/monitor/push.py): the operator's intake, the GPUJob's
+    token (from its Secret, optional: without it the monitor does not push and its log is read) and
+    uid, the pod's name and uid. None without an intake URL in the config or an owning GPUJob."""
+    if not config.intake_url or owner is None:
+        return []
+    token = {"name": intake_secret_name(job), "key": INTAKE_TOKEN_KEY, "optional": True}
+    return [
+        {"name": push.ENV_INTAKE_URL, "value": config.intake_url},
+        {"name": push.ENV_INTAKE_TOKEN, "valueFrom": {"secretKeyRef": token}},
+        {"name": push.ENV_JOB_UID, "value": owner.uid},
+        {"name": push.ENV_POD_NAME, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": push.ENV_POD_UID, "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
+    ]
+
+
+def _monitor_container(job: str, name: str, config: KubeConfig, owner: Owner | None = None) -> dict[str, Any]:
     """Native sidecar (init container that keeps running): the pod still completes with the trainer.
 
     Its stdout carries only window summary lines and progress lines (its own messages go to stderr)."""
@@ -334,6 +367,7 @@ def _monitor_container(job: str, name: str, config: KubeConfig) -> dict[str, Any
         "env": [
             {"name": contract.ENV_NODE_ID, "value": name},
             {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
+            *_intake_env(job, config, owner),
         ],
         "ports": [{"name": "metrics", "containerPort": config.monitor_port, "protocol": "TCP"}],
         "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
@@ -409,7 +443,7 @@ def build_pod(
         "terminationGracePeriodSeconds": math.ceil(spec.checkpoint.notice_grace_seconds),
         "affinity": _affinity(spec, placement, config),
         "tolerations": _tolerations(placement, config),
-        "initContainers": [_monitor_container(job, name, config)],
+        "initContainers": [_monitor_container(job, name, config, owner)],
         "containers": [{k: v for k, v in trainer.items() if v is not None}],
         "volumes": volumes,
     }

@@ -25,12 +25,11 @@ from typing import Any
 from orchestrator.backends.base import NodeObservation, NodePhase
 from orchestrator.backends.kubernetes.manifests import TRAINER
 from orchestrator.contract import PREEMPTED_EXIT_CODE
+from orchestrator.times import parse_iso
 
 
 def _parse_time(text: str | None) -> datetime | None:
-    if not text:
-        return None
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return parse_iso(text) if text else None
 
 
 def _condition(pod: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:

@@ -39,7 +39,9 @@ from orchestrator.backends.monitoring import MonitorSettings
 from orchestrator.backends.progress import read_progress
 from orchestrator.backends.secrets import launch_env
 from orchestrator.backends.torchrun import RESTARTING_AGENT_ENV
-from orchestrator.spec import JobSpec, parse_duration
+from orchestrator.spec import JobSpec
+from orchestrator.state.job_dir import OUTPUT_LOG, JobDir
+from orchestrator.state.job_dir import attempt_folders as attempt_folders
 from orchestrator.state.store import JobStore
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[3]
@@ -54,7 +56,7 @@ class LocalBackend:
 
     # --- launching ------------------------------------------------------------------------------
     def launch(self, request: LaunchRequest) -> None:
-        attempt_dir = request.job_dir / f"attempt-{request.attempt}"
+        attempt_dir = JobDir(request.job_dir).attempt(request.attempt)
         attempt_dir.mkdir(parents=True, exist_ok=True)
         # Secret references are read first (an error starts nothing) and only into the nodes' env.
         where = f"the environment of the gpuctl controller that launches the job (pid {os.getpid()})"
@@ -114,11 +116,10 @@ class LocalBackend:
                 checkpoint_dir=request.checkpoint_dir,
                 keep=spec.checkpoint.keep,
                 every_steps=spec.checkpoint.every_steps,
-                every_seconds=parse_duration(spec.checkpoint.every).total_seconds()
-                if spec.checkpoint.every
-                else None,
+                every_seconds=spec.checkpoint.every.total_seconds() if spec.checkpoint.every else None,
                 global_batch=spec.policies.global_batch,
-                progress_file=str(request.job_dir / "progress.jsonl"),
+                progress_file=str(JobDir(request.job_dir).progress),
+                tune=spec.runtime.tune.value,
             ),
         }
         if spec.setup:
@@ -127,7 +128,7 @@ class LocalBackend:
         monitor = MonitorSettings.for_job(self.store.job_options(request.job_id))
         if monitor.enabled:
             runner += ["--monitor", json.dumps(monitor.local_argv(request.job_id))]
-        with open(node_dir / "output.log", "ab") as log:
+        with open(node_dir / OUTPUT_LOG, "ab") as log:
             proc = subprocess.Popen(
                 [*runner, "--", *torchrun],
                 cwd=spec.workdir, env=env, start_new_session=True, stdin=subprocess.DEVNULL,
@@ -138,7 +139,7 @@ class LocalBackend:
     # --- observing ------------------------------------------------------------------------------
     def observe(self, job_id: str, attempt: int, node_ids: Sequence[str]) -> AttemptObservation:
         _reap_children()
-        attempt_dir = self.store.job_dir(job_id) / f"attempt-{attempt}"
+        attempt_dir = JobDir(self.store.job_dir(job_id)).attempt(attempt)
         nodes = []
         for node_id in node_ids:
             node_dir = attempt_dir / node_id
@@ -159,7 +160,7 @@ class LocalBackend:
                 nodes.append(NodeObservation(node_id, phase, None, notice_at, datetime.now(UTC)))
             else:
                 nodes.append(NodeObservation(node_id, NodePhase.STARTING, notice_at=notice_at))
-        return AttemptObservation(tuple(nodes), read_progress(self.store.job_dir(job_id) / "progress.jsonl"))
+        return AttemptObservation(tuple(nodes), read_progress(JobDir(self.store.job_dir(job_id)).progress))
 
     def own_placements(self, spec: JobSpec) -> OwnPlacements | None:
         return None  # the public price catalog prices the simulated nodes
@@ -169,7 +170,7 @@ class LocalBackend:
         market = SimulatedMarket(
             self.store.job_options(job_id).get("market", {}), self.store.job_dir(job_id) / "market.json"
         )
-        progress = read_progress(self.store.job_dir(job_id) / "progress.jsonl")
+        progress = read_progress(JobDir(self.store.job_dir(job_id)).progress)
         return market.capacity(
             (now - job.submitted_at).total_seconds(), progress.step if progress else None, zone
         )
@@ -181,7 +182,7 @@ class LocalBackend:
         if spot and node_ids:
             placement = self.store.attempt_placement(job_id, attempt) or {}
             capacity = self.spot_capacity(job_id, str(placement.get("zone", "")), now)
-            attempt_dir = self.store.job_dir(job_id) / f"attempt-{attempt}"
+            attempt_dir = JobDir(self.store.job_dir(job_id)).attempt(attempt)
             noticed = {n for n in node_ids if _read_notice(attempt_dir / n) is not None}
             alive = [
                 n for n in node_ids
@@ -197,7 +198,7 @@ class LocalBackend:
     # --- stopping ------------------------------------------------------------------------------
     def stop(self, job_id: str, attempt: int, node_ids: Sequence[str], grace_s: float) -> None:
         """Send the notice now; :meth:`enforce` kills whatever is still alive after ``grace_s``."""
-        attempt_dir = self.store.job_dir(job_id) / f"attempt-{attempt}"
+        attempt_dir = JobDir(self.store.job_dir(job_id)).attempt(attempt)
         now = datetime.now(UTC)
         for node_id in node_ids:
             node_dir = attempt_dir / node_id
@@ -212,7 +213,7 @@ class LocalBackend:
 
     def enforce(self, job_id: str, attempt: int, node_ids: Sequence[str], now: datetime) -> None:
         """Kill nodes whose grace period is over; stop the rendezvous once no node is left."""
-        attempt_dir = self.store.job_dir(job_id) / f"attempt-{attempt}"
+        attempt_dir = JobDir(self.store.job_dir(job_id)).attempt(attempt)
         any_alive = False
         for node_id in node_ids:
             node_dir = attempt_dir / node_id
@@ -228,28 +229,14 @@ class LocalBackend:
             self.stop_rendezvous(job_id, attempt)
 
     def stop_rendezvous(self, job_id: str, attempt: int) -> None:
-        attempt_dir = self.store.job_dir(job_id) / f"attempt-{attempt}"
+        attempt_dir = JobDir(self.store.job_dir(job_id)).attempt(attempt)
         pid = _read_pid(attempt_dir / "rendezvous.pid")
         if _alive(pid, f"{job_id}-a{attempt}-rendezvous"):
             _signal_group(pid, signal.SIGTERM)
 
     def log_paths(self, job_id: str) -> list[Path]:
         attempts, _ = attempt_folders(self.store.job_dir(job_id))
-        return [log for a in attempts for log in sorted(a.glob("*/output.log"))]
-
-
-def attempt_folders(job_dir: Path) -> tuple[list[Path], list[Path]]:
-    """The job's ``attempt-<number>`` folders, oldest first, and the other ``attempt-*`` names in it
-    (not gpuctl's: left alone)."""
-    numbered: list[tuple[int, Path]] = []
-    others: list[Path] = []
-    for path in sorted(job_dir.glob("attempt-*")):
-        number = path.name.removeprefix("attempt-")
-        if number.isascii() and number.isdigit() and path.is_dir():
-            numbered.append((int(number), path))
-        else:
-            others.append(path)
-    return [p for _, p in sorted(numbered)], others
+        return [log for a in attempts for log in sorted(a.glob(f"*/{OUTPUT_LOG}"))]
 
 
 def _node_index(node_id: str) -> int:

@@ -29,8 +29,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from orchestrator.backends.monitoring import summary_file_name
 from orchestrator.backends.output_log import TimedOutput
+from orchestrator.state.job_dir import summary_file_name
 
 MONITOR_STOP_TIMEOUT_S = 5.0
 NO_NVML_EXIT_CODE = 3

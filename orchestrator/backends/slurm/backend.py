@@ -17,6 +17,7 @@ Two modes:
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import time
@@ -42,6 +43,9 @@ from orchestrator.backends.slurm.script import BatchJob, progress_path, render_b
 from orchestrator.catalog.offers import MarketKind
 from orchestrator.errors import UserError
 from orchestrator.spec import JobSpec
+from orchestrator.state.job_dir import JobDir
+
+log = logging.getLogger(__name__)
 
 
 def jobs_of(job_id: str, jobs: Sequence[SlurmJob]) -> list[SlurmJob]:
@@ -106,22 +110,29 @@ class SlurmBackend:
                 "in the SLURM cluster config, or pick another GPU type",
             )
 
-    def render(self, request: LaunchRequest) -> BatchJob:
-        return render_batch_job(request, self.config, requeue_on_notice=not self.controller_owned)
+    def render(self, request: LaunchRequest, partition_limit: str | None = None) -> BatchJob:
+        """The attempt's sbatch job; ``partition_limit``: the partition's ``MaxTime``, caps ``--time``."""
+        return render_batch_job(
+            request, self.config, requeue_on_notice=not self.controller_owned, partition_limit=partition_limit
+        )
 
     def launch(self, request: LaunchRequest) -> None:
         """sbatch the attempt unless a job of this attempt is already queued or running."""
         for job in jobs_of(request.job_id, commands.list_jobs()):
             if attempt_of(job) == request.attempt and not job.finished:
                 return
+        limit = None
         if self.preflight:
             self.check_placement(request.placement.gpu_type, request.placement.market)
-        batch = self.render(request)
+            limit = commands.partition_time_limit(self.config.partition(request.placement.market))
+        batch = self.render(request, limit)
+        if batch.note:  # also the first line of the attempt's output file (`gpuctl logs`)
+            log.warning("job %s attempt %d: %s", request.job_id, request.attempt, batch.note)
         where = f"the environment of the gpuctl process that runs sbatch (pid {os.getpid()})"
         secrets = reference_values(request.spec.env, os.environ, where=where)
         request.job_dir.mkdir(parents=True, exist_ok=True)
         slurm_id = commands.submit(batch.sbatch_args, batch.script, extra_env=secrets)
-        (request.job_dir / f"slurm-attempt-{request.attempt}.jobid").write_text(f"{slurm_id}\n")
+        JobDir(request.job_dir).slurm_job_id(request.attempt).write_text(f"{slurm_id}\n")
 
     def find(self, job_id: str, attempt: int | None = None) -> SlurmJob | None:
         """The newest SLURM job of ``job_id`` (of one controller attempt when given). One slurmctld

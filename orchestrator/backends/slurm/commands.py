@@ -178,6 +178,19 @@ def gres_types_of_partition(partition: str | None) -> set[str]:
     return types
 
 
+def partition_time_limit(partition: str | None) -> str | None:
+    """The partition's ``MaxTime`` as ``sinfo`` writes it (``1-00:00:00``, ``infinite``); the default
+    partition's when ``partition`` is None; None when ``sinfo`` names no such partition."""
+    argv = ["sinfo", "--noheader", "--format=%P|%l"]
+    if partition:
+        argv.append(f"--partition={partition}")
+    for line in run_slurm(argv).splitlines():
+        name, _, limit = line.strip().partition("|")
+        if limit and (partition is not None or name.endswith("*")):
+            return limit.strip()
+    return None
+
+
 def partitions() -> set[str]:
     out = run_slurm(["sinfo", "--noheader", "--format=%R"])
     return {line.strip() for line in out.splitlines() if line.strip()}

@@ -7,7 +7,7 @@ override it)::
     partitions: {spot: preempt, on-demand: batch}  # a preemptible partition plays "spot"
     qos: {spot: low}                               # optional QOS per market
     prices_usd_per_gpu_hour: {a100: {preempt: 0.9, batch: 2.5}}   # per GRES type and partition
-    time_limit: "24:00:00"                         # when the spec has no deadline duration
+    time_limit: "24:00:00"                         # --time when the job has no deadline
     launcher: [torchrun]                           # how to start torchrun on each node
 """
 

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from orchestrator.backends.base import NodePhase
+from orchestrator.state.job_dir import slurm_output_name
 from orchestrator.state.status import FailureReason, JobStatus
 
 
@@ -216,7 +217,7 @@ def parse_sacct(text: str, delimiter: str = "|") -> list[SlurmJob]:
                 exit_signal=int(signal) if signal.isdigit() and int(signal) else None,
                 comment=comment,
                 gres=_gres_per_node(tres, node_count),
-                stdout=f"{workdir}/slurm-attempt-{attempt}.out" if workdir else "",
+                stdout=f"{workdir}/{slurm_output_name(attempt)}" if workdir else "",
                 user_id=int(uid) if uid.isdigit() else None,
                 user_name=user,
             )

@@ -8,12 +8,14 @@ policies' per-zone history works unchanged (a preemptible partition is a spot "z
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 from orchestrator.backends.base import LaunchRequest, OwnPlacements, Placement
 from orchestrator.backends.slurm.config import SlurmClusterConfig
 from orchestrator.catalog.offers import MarketKind
 from orchestrator.spec import GpuChoice, JobSpec, MarketMode
+from orchestrator.state.job_dir import JobDir
 
 DEFAULT_PARTITION = "default"
 PRICE_SOURCE = "SLURM cluster config"
@@ -68,10 +70,17 @@ def placement_for(spec: JobSpec, config: SlurmClusterConfig) -> Placement:
 
 
 def request_for(
-    spec: JobSpec, job_id: str, job_dir: Path, config: SlurmClusterConfig, attempt: int = 1
+    spec: JobSpec,
+    job_id: str,
+    job_dir: Path,
+    config: SlurmClusterConfig,
+    attempt: int = 1,
+    now: datetime | None = None,
 ) -> LaunchRequest:
-    """The launch request of a job submitted straight to SLURM (``gpuctl sbatch``)."""
-    checkpoint_dir = spec.checkpoint.path or str(job_dir / "checkpoints")
+    """The launch request of a job submitted straight to SLURM (``gpuctl sbatch``) at ``now``
+    (default: the clock), which its deadline counts from."""
+    submitted_at = now or datetime.now(UTC)
+    checkpoint_dir = spec.checkpoint.path or str(JobDir(job_dir).checkpoints)
     return LaunchRequest(
         job_id=job_id,
         attempt=attempt,
@@ -82,4 +91,5 @@ def request_for(
         max_nodes=spec.resources.max_nodes,
         checkpoint_dir=checkpoint_dir,
         job_dir=job_dir,
+        deadline=spec.goals.deadline.resolve(submitted_at) if spec.goals.deadline else None,
     )

@@ -44,17 +44,19 @@ import math
 import re
 import shlex
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 from orchestrator import contract
 from orchestrator.backends.base import LaunchRequest
-from orchestrator.backends.monitoring import SUMMARY_PREFIX, MonitorSettings
+from orchestrator.backends.monitoring import MonitorSettings
 from orchestrator.backends.output_log import IGNORED_SIGNALS
 from orchestrator.backends.slurm.config import SlurmClusterConfig
+from orchestrator.backends.slurm.time_limit import TimeLimit, time_limit
 from orchestrator.backends.torchrun import RESTARTING_AGENT_ENV
 from orchestrator.errors import UserError
-from orchestrator.spec import parse_duration
 from orchestrator.spec.env import EnvReference, env_references, plain_env
+from orchestrator.state.job_dir import SUMMARY_PREFIX, JobDir
 
 _TOKEN = re.compile(r"^[A-Za-z0-9_.:@+/-]+$")
 JOB_NAME_PREFIX = "gpuctl-"
@@ -68,6 +70,8 @@ class BatchJob:
     script: str
     output_path: Path
     slurm_name: str
+    note: str | None = None
+    """What the user should know about this attempt (a time limit shorter than its work), or None."""
 
 
 def slurm_job_name(job_id: str) -> str:
@@ -75,15 +79,15 @@ def slurm_job_name(job_id: str) -> str:
 
 
 def output_path(job_dir: Path, attempt: int) -> Path:
-    return job_dir / f"slurm-attempt-{attempt}.out"
+    return JobDir(job_dir).slurm_output(attempt)
 
 
 def runs_path(job_dir: Path) -> Path:
-    return job_dir / "slurm-runs.log"
+    return JobDir(job_dir).slurm_runs
 
 
 def progress_path(job_dir: Path) -> Path:
-    return job_dir / "progress.jsonl"
+    return JobDir(job_dir).progress
 
 
 def _token(value: str, what: str) -> str:
@@ -95,28 +99,16 @@ def _token(value: str, what: str) -> str:
     return value
 
 
-def format_time_limit(seconds: float) -> str:
-    """SLURM's ``D-HH:MM:SS``, rounded up to the minute."""
-    minutes = max(1, math.ceil(seconds / 60))
-    days, rest = divmod(minutes, 24 * 60)
-    return f"{days}-{rest // 60:02d}:{rest % 60:02d}:00"
-
-
-def time_limit(request: LaunchRequest, config: SlurmClusterConfig) -> str:
-    deadline = request.spec.goals.deadline
-    if deadline:
-        try:
-            return format_time_limit(parse_duration(deadline).total_seconds())
-        except ValueError:  # an absolute time: the cluster default applies
-            pass
-    return _token(config.time_limit, "time limit")
-
-
 def sbatch_options(
-    request: LaunchRequest, config: SlurmClusterConfig, exact_nodes: bool = False
+    request: LaunchRequest,
+    config: SlurmClusterConfig,
+    exact_nodes: bool = False,
+    limit: TimeLimit | None = None,
 ) -> list[str]:
     """``exact_nodes``: ask for ``len(request.node_ids)`` nodes (the controller chose the count),
-    else ``MIN-MAX`` for an elastic job."""
+    else ``MIN-MAX`` for an elastic job. ``limit``: the attempt's ``--time`` (default: the time left
+    to the deadline now, see :mod:`~orchestrator.backends.slurm.time_limit`)."""
+    limit = limit or time_limit(request, config, datetime.now(UTC))
     spec, placement = request.spec, request.placement
     name = slurm_job_name(_token(request.job_id, "job id"))
     if exact_nodes:
@@ -137,7 +129,7 @@ def sbatch_options(
         f"--signal=B:USR1@{grace}",
         "--requeue",
         "--open-mode=append",
-        f"--time={time_limit(request, config)}",
+        f"--time={_token(limit.value, 'time limit')}",
     ]
     if elastic:  # a failed node leaves the job instead of ending it: the survivors keep training
         options.append("--no-kill")
@@ -163,9 +155,10 @@ def contract_env(request: LaunchRequest) -> dict[str, str]:
         checkpoint_dir=request.checkpoint_dir,
         keep=spec.checkpoint.keep,
         every_steps=spec.checkpoint.every_steps,
-        every_seconds=int(parse_duration(every).total_seconds()) if every else None,
+        every_seconds=int(every.total_seconds()) if every else None,
         global_batch=spec.policies.global_batch,
         progress_file=str(progress_path(request.job_dir)),
+        tune=spec.runtime.tune.value,
     )
 
 
@@ -387,20 +380,25 @@ def render_batch_job(
     config: SlurmClusterConfig,
     monitor: MonitorSettings | None = None,
     requeue_on_notice: bool = True,
+    now: datetime | None = None,
+    partition_limit: str | None = None,
 ) -> BatchJob:
-    """``monitor`` defaults to :meth:`MonitorSettings.from_env` (``GPUCTL_MONITOR_*``).
+    """``monitor`` defaults to :meth:`MonitorSettings.from_env` (``GPUCTL_MONITOR_*``); ``now`` (the
+    launch time, default the clock) and ``partition_limit`` (the partition's ``MaxTime``) set ``--time``.
 
     ``requeue_on_notice=False`` is the controller's form: one SLURM job per attempt, asking for
     exactly the attempt's nodes, ending with the "preempted" exit code on a notice.
     """
     spec, q = request.spec, shlex.quote
     monitor = monitor if monitor is not None else MonitorSettings.from_env()
-    options = sbatch_options(request, config, exact_nodes=not requeue_on_notice)
+    limit = time_limit(request, config, now or datetime.now(UTC), partition_limit)
+    options = sbatch_options(request, config, exact_nodes=not requeue_on_notice, limit=limit)
     out = output_path(request.job_dir, request.attempt)
     lines = ["#!/bin/bash", *(f"#SBATCH {opt}" for opt in options)]
     lines += [
         "# Generated by gpuctl; every value from the job spec is shell-quoted.",
         "set -u",
+        *([f"echo {q('gpuctl: warning: ' + limit.note)} >&2"] if limit.note else []),
         f"export {contract.ENV_ATTEMPT}=$(( {int(request.attempt)} + ${{SLURM_RESTART_COUNT:-0}} ))",
     ]
     env = {**plain_env(spec.env), **contract_env(request)}
@@ -457,5 +455,9 @@ def render_batch_job(
     if env_references(spec.env):  # the values travel in sbatch's environment to the batch shell
         args.append("--export=ALL")
     return BatchJob(
-        sbatch_args=args, script=script, output_path=out, slurm_name=slurm_job_name(request.job_id)
+        sbatch_args=args,
+        script=script,
+        output_path=out,
+        slurm_name=slurm_job_name(request.job_id),
+        note=limit.note,
     )

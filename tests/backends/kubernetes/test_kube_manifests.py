@@ -13,14 +13,18 @@ from orchestrator import contract
 from orchestrator.backends.base import Placement
 from orchestrator.backends.kubernetes.config import KubeConfig
 from orchestrator.backends.kubernetes.manifests import (
+    INTAKE_TOKEN_KEY,
     Owner,
+    build_intake_secret,
     build_pod,
     build_service,
     derived_name,
+    intake_secret_name,
     trainer_argv,
 )
 from orchestrator.catalog.offers import MarketKind
 from orchestrator.errors import UserError
+from orchestrator.monitor import push
 from orchestrator.monitor.app import add_monitor_arguments
 from orchestrator.spec import JobSpec
 
@@ -75,6 +79,35 @@ def required_exprs(p: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def test_pods_are_valid_kubernetes_objects(provider: str, market: MarketKind) -> None:
     p = pod(spec(), KubeConfig(capacity_provider=provider), market)
     kubernetes_validate.validate(p, KUBE_VERSION, strict=True)
+
+
+def test_the_monitor_alone_gets_the_intake_token_from_the_jobs_secret() -> None:
+    """With the operator's intake configured: the monitor's push environment (the token from the
+    GPUJob's Secret, optional so a pod never waits for it), none of it for the trainer; the Secret
+    is owned by the GPUJob. Both valid Kubernetes objects."""
+    p = pod(spec(), KubeConfig(intake_url="http://gpuctl-intake.gpuctl.svc:8081"))
+    kubernetes_validate.validate(p, KUBE_VERSION, strict=True)
+    (monitor,) = p["spec"]["initContainers"]
+    env = {e["name"]: e for e in monitor["env"]}
+    assert env[push.ENV_INTAKE_URL]["value"] == "http://gpuctl-intake.gpuctl.svc:8081"
+    assert env[push.ENV_INTAKE_TOKEN]["valueFrom"]["secretKeyRef"] == {
+        "name": intake_secret_name("llm"), "key": INTAKE_TOKEN_KEY, "optional": True}  # fmt: skip
+    assert env[push.ENV_JOB_UID]["value"] == "u-1"
+    assert env[push.ENV_POD_UID]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.uid"
+    (trainer,) = p["spec"]["containers"]
+    pushed = {
+        push.ENV_INTAKE_URL,
+        push.ENV_INTAKE_TOKEN,
+        push.ENV_JOB_UID,
+        push.ENV_POD_NAME,
+        push.ENV_POD_UID,
+    }
+    assert pushed <= set(env) and not {e["name"] for e in trainer["env"]} & pushed
+    secret = build_intake_secret(Owner("llm", "u-1"), "ml", "t0ken")
+    kubernetes_validate.validate(secret, KUBE_VERSION, strict=True)
+    assert secret["metadata"]["ownerReferences"][0]["uid"] == "u-1"
+    without = pod(spec())["spec"]["initContainers"][0]["env"]
+    assert not [e for e in without if e["name"].startswith("GPUCTL_INTAKE")]
 
 
 def test_service_is_headless_and_valid() -> None:

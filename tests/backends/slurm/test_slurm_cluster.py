@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
+import re
 import subprocess
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -16,9 +18,11 @@ from orchestrator.backends.base import AttemptObservation, LaunchRequest, NodePh
 from orchestrator.backends.output_log import split_time
 from orchestrator.backends.slurm import SlurmBackend, SlurmClusterConfig, commands, status_from_slurm
 from orchestrator.backends.slurm.placements import request_for
+from orchestrator.backends.slurm.time_limit import slurm_time_seconds
 from orchestrator.errors import UserError
 from orchestrator.spec import load_spec_text
 from orchestrator.state.status import JobStatus
+from orchestrator.times import iso_z
 from tests.backends.slurm.conftest import ROOT, TRAIN
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -214,6 +218,35 @@ def test_spec_values_reach_the_job_literally(
     echo = json.loads((Path(req.checkpoint_dir) / "echo.json").read_text())
     assert echo == {"env": evil, "arg": evil}
     assert not marker.exists()
+
+
+def test_each_attempt_asks_slurm_for_the_time_left_to_the_deadline(
+    backend: SlurmBackend, cluster_config: SlurmClusterConfig, tmp_path: Path
+) -> None:
+    """A retry 30 h into a 36 h deadline asks for 6 h; an absolute deadline counts the same way."""
+    spec = make_request(tmp_path, cluster_config, "timeleft", steps=2).spec
+    now = datetime.now(UTC)
+    retry = dataclasses.replace(
+        request_for(
+            spec, "timeleft-t", tmp_path / "rel", cluster_config, attempt=2, now=now - timedelta(hours=30)
+        ),
+        deadline=now + timedelta(hours=6),  # "36h", resolved at admission 30 h ago
+    )
+    at = (now + timedelta(days=5)).replace(second=0, microsecond=0)
+    absolute = load_spec_text(
+        yaml.safe_dump({**spec.to_dict(), "name": "timeabs", "goals": {"deadline": iso_z(at)}})
+    )
+    limits = []
+    for req in (retry, request_for(absolute, "timeabs-t", tmp_path / "abs", cluster_config, now=now)):
+        backend.launch(req)
+        shown = subprocess.run(["scontrol", "show", "job", "-o", str(slurm_id(backend, req))],
+                               capture_output=True, text=True, check=True).stdout  # fmt: skip
+        found = re.search(r"TimeLimit=(\S+)", shown)
+        limits.append(found.group(1) if found else shown)
+        commands.cancel(slurm_id(backend, req))
+    assert limits[0] == "06:00:00"
+    left = slurm_time_seconds(limits[1])
+    assert left is not None and (at - now).total_seconds() - 120 <= left <= (at - now).total_seconds() + 60
 
 
 def test_unknown_gres_type_and_partition_are_clear_errors(slurm_cluster: Path, tmp_path: Path) -> None:

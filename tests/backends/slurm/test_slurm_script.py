@@ -13,7 +13,8 @@ import yaml
 from orchestrator.backends.monitoring import MonitorSettings
 from orchestrator.backends.slurm import SlurmClusterConfig, load_cluster_config, render_batch_job
 from orchestrator.backends.slurm.placements import placement_for, request_for
-from orchestrator.backends.slurm.script import format_time_limit, node_python, node_wrapper, setup_wrapper
+from orchestrator.backends.slurm.script import node_python, node_wrapper, setup_wrapper
+from orchestrator.backends.slurm.time_limit import format_time_limit
 from orchestrator.catalog.offers import MarketKind
 from orchestrator.cli.main import main
 from orchestrator.errors import NotFoundError, UserError

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from operators.kubernetes.admission import admission_refusal, check_settings
-from operators.kubernetes.reconcile import job_spec
 from orchestrator.backends.kubernetes import client
 from orchestrator.backends.kubernetes.config import COST_CONFIG_ENV, PRICE_CATALOG_ENV
+from orchestrator.backends.kubernetes.gpujob import job_spec
 from orchestrator.controller.admission import Refused
 from orchestrator.errors import UserError
 from orchestrator.state.status import FailureReason

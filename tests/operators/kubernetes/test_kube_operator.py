@@ -315,10 +315,6 @@ def posted_events(cluster: Cluster, about: str) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
-def reads_of(cluster: Cluster, name: str) -> int:
-    return sum(r.method == "GET" and r.url.path.endswith(f"/{PLURAL}/{name}") for r in list(cluster.emulator))
-
-
 async def test_over_budget_gpujob_fails_once_with_one_event(cluster: Cluster) -> None:
     """The job every backend refuses (tests/controller/test_admission.py), applied straight to the
     cluster: the operator's admission fails it before any pod, says why once, and leaves it FAILED."""
@@ -340,10 +336,10 @@ async def test_over_budget_gpujob_fails_once_with_one_event(cluster: Cluster) ->
     assert event["message"].startswith("FAILED (over_budget): job 'capped' would cost $")
 
     # Further reconciles (kopf's timer, and one with nothing in memory) leave it as it is.
-    seen = reads_of(cluster, "capped")
+    seen = cluster.job_passes("capped")
 
     async def reconciled_again() -> bool:
-        return reads_of(cluster, "capped") >= seen + 3
+        return cluster.job_passes("capped") >= seen + 3
 
     await cluster.wait_for("three more reconciles", reconciled_again)
     assert await cluster.call(

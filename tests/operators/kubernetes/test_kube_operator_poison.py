@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from operators.kubernetes import reconcile as operator_reconcile
-from operators.kubernetes.gpu_usage import read_monitor_logs
 from operators.kubernetes.step import iso
+from orchestrator.backends.kubernetes import intake
+from orchestrator.backends.kubernetes.gpu_usage import read_monitor_logs
 from orchestrator.backends.kubernetes.manifests import MONITOR
 from orchestrator.contract import PROGRESS_LINE_PREFIX
 from orchestrator.testing import FakeClock
@@ -53,7 +53,7 @@ async def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncItera
             raise KeyError("a bug in gpuctl")
         return read_monitor_logs(status, pods, *args)
 
-    monkeypatch.setattr(operator_reconcile, "read_monitor_logs", broken_for_injected)
+    monkeypatch.setattr(intake, "read_monitor_logs", broken_for_injected)  # where a pass reads them
     clock = FakeClock(datetime.now(UTC).replace(microsecond=0))
     async with SimulatedKubeCluster(clock, on_demand_nodes={ZONE: 3}) as sim:
         monkeypatch.setenv("GPUCTL_KUBE_API_URL", sim.url)

@@ -20,10 +20,10 @@ from urllib3.exceptions import NewConnectionError
 
 from operators.kubernetes import reconcile as operator_reconcile
 from operators.kubernetes import step as operator_step
-from operators.kubernetes.progress import with_progress
 from operators.kubernetes.reconcile import permanent_failure, reconcile_isolated
 from orchestrator.backends.kubernetes import client
 from orchestrator.backends.kubernetes.config import KubeConfig
+from orchestrator.backends.kubernetes.progress import with_progress
 from orchestrator.contract import PROGRESS_LINE_PREFIX
 from orchestrator.controller import loop
 from orchestrator.errors import InternalError, NotFoundError, SpecError, TemporaryError, UserError

@@ -10,8 +10,8 @@ from typing import Any
 import jsonschema
 import pytest
 
-from operators.kubernetes.progress import advance, progress_of, progress_records, with_progress
 from orchestrator.backends.kubernetes.crd import status_openapi_schema
+from orchestrator.backends.kubernetes.progress import advance, progress_of, progress_records, with_progress
 from orchestrator.contract import PROGRESS_LINE_PREFIX
 from tests.operators.kubernetes.test_kube_step import T0, job, launched, pod, pruned, run
 

@@ -1,17 +1,18 @@
-"""What the operator measures for right-size from a GPUJob's progress (pure; no API server)."""
+"""What right-size measures from a job's progress (kept in its state) and reads of GPUJobs (pure)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
-from operators.kubernetes.rightsize import STATUS_KEY, measurements, same_job, sized_spec, with_throughput
-from operators.kubernetes.step import iso
+from operators.kubernetes.rightsize import STATUS_KEY, measurements, same_job, sized_spec
 from orchestrator.spec import JobSpec
-from orchestrator.state.job_state import JobState, PlacementState, RightSizePick, SegmentState
+from orchestrator.spec.market import MarketKind
+from orchestrator.state.job_state import JobState, RightSizePick, SegmentState
+from orchestrator.state.placement import Placement
+from orchestrator.state.progress_state import ProgressState
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
-H100 = PlacementState(gpu_type="H100", market="spot", cloud="gcp", region="r", zone="r-a", instance_type="a3",
+H100 = Placement(gpu_type="H100", market=MarketKind.SPOT, cloud="gcp", region="r", zone="r-a", instance_type="a3",
                       gpus_per_node=8, node_price_usd_per_hour=10.0, on_demand_node_price_usd_per_hour=40.0,
                       price_source="test")  # fmt: skip
 
@@ -23,29 +24,33 @@ def state(attempt: int = 1, opened_s: float = 0.0, nodes: int = 2) -> JobState:
     return JobState(attempt=attempt, placement=H100, segments=(segment,))
 
 
-def seen(status: dict[str, Any], step: int, at_s: float) -> dict[str, Any]:
-    return {**status, "progress": {"step": step, "time": iso(T0 + timedelta(seconds=at_s))}}
+def seen(kept: JobState, step: int, at_s: float) -> JobState:
+    """``kept`` with a progress record of ``step`` at ``at_s`` seen (the host records it so)."""
+    return kept.with_progress(ProgressState(step=step, time=T0 + timedelta(seconds=at_s)))
 
 
 def test_steps_between_two_records_of_one_segment_count_for_its_gpu_type() -> None:
-    status = with_throughput(seen({}, 10, 5), state())  # the first record: only a starting point
-    assert status[STATUS_KEY] == {
+    first = seen(state(), 10, 5)  # the first record: only a starting point
+    assert first.to_status()[STATUS_KEY] == {
         "byGpuType": {},
         "last": {"step": 10, "time": "2026-01-01T00:00:05Z", "attempt": 1},
     }
-    status = with_throughput(seen(status, 40, 20), state())
+    second = seen(first, 40, 20)
+    status = second.to_status()
     assert status[STATUS_KEY]["byGpuType"] == {"H100": {"steps": 30, "gpuSeconds": 240.0, "seconds": 15.0}}
-    assert with_throughput(status, state()) == status  # the same record again: nothing more
+    assert seen(second, 40, 20) == second  # the same record again: nothing more
+    assert seen(second, 35, 18) == second.model_copy(update={"progress": seen(second, 35, 18).progress})
     [m] = measurements([status])
     assert m.gpu_type == "H100" and m.units_per_second_per_gpu == 30 / 240.0 and m.peak_memory_gib is None
 
 
 def test_spans_across_a_new_segment_or_attempt_are_left_out() -> None:
-    status = with_throughput(seen({}, 10, 5), state())
-    rescaled = with_throughput(seen(status, 40, 20), state(opened_s=10))  # the segment opened at 10 s
-    assert rescaled[STATUS_KEY]["byGpuType"] == {} and rescaled[STATUS_KEY]["last"]["step"] == 40
-    relaunched = with_throughput(seen(status, 40, 20), state(attempt=2))
-    assert relaunched[STATUS_KEY]["byGpuType"] == {}
+    first = seen(state(), 10, 5)
+    rescaled = seen(first.model_copy(update={"segments": state(opened_s=10).segments}), 40, 20)
+    assert rescaled.measurements is not None and rescaled.measurements.by_gpu_type == {}
+    assert rescaled.measurements.last is not None and rescaled.measurements.last.step == 40
+    relaunched = seen(state(attempt=2).model_copy(update={"measurements": first.measurements}), 40, 20)
+    assert relaunched.measurements is not None and relaunched.measurements.by_gpu_type == {}
 
 
 def test_short_measurements_are_ignored_and_monitor_numbers_need_one_gpu_type() -> None:

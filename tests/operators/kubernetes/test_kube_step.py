@@ -12,8 +12,10 @@ from operators.kubernetes.step import Decision, load_state, step, with_state
 from orchestrator.backends.base import Placement
 from orchestrator.backends.kubernetes.crd import status_openapi_schema
 from orchestrator.catalog.offers import MarketKind
-from orchestrator.controller import engine
+from orchestrator.controller import engine, host
+from orchestrator.controller.admission import Refused
 from orchestrator.spec import JobSpec
+from orchestrator.state.status import FailureReason
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 SPOT = Placement("H100", MarketKind.SPOT, "aws", "r", "z", "p5", 8, 10.0, 40.0, "test")
@@ -167,8 +169,14 @@ def test_a_status_written_before_the_engine_loads_and_is_rewritten() -> None:
 
 
 def test_the_operator_applies_actions_only_through_the_engine() -> None:
+    """The operator's tick is the one host's (which applies through the engine), its ends are the
+    host's fail and refusal; it never builds a view nor applies an action itself."""
     assert not hasattr(operator_step, "_Applier")
-    assert "engine.apply(" in inspect.getsource(operator_step.step)
+    assert "host.run_tick(" in inspect.getsource(operator_step.step)
+    assert "host.run_tick(" in inspect.getsource(operator_reconcile.reconcile_job)
+    assert "engine.apply(" in inspect.getsource(host.decide)
+    assert "host.fail(" in inspect.getsource(operator_step.fail)
+    assert "host.refuse(" in inspect.getsource(operator_step.refuse)
     sources = inspect.getsource(operator_step) + inspect.getsource(operator_reconcile)
     for action in ("StartAttempt", "OpenSegment", "SegmentStartsNow", "CountPreemption", "CountRestart"):
         assert action not in sources, action
@@ -196,3 +204,28 @@ def test_every_status_field_written_is_in_the_crd_schema() -> None:
     assert rescaled["rescaledAt"] and rescaled["segments"][0]["end"] and rescaled["attemptNodes"]
     for written in (status, rescaled):
         assert pruned(written, schema) == []
+
+
+def test_the_deadline_is_resolved_once_and_kept_in_the_status() -> None:
+    """A relative deadline counts from the GPUJob's creation, resolved at its first pass and stored
+    with its state: later passes read it there (a spec or clock that moves does not move it)."""
+    spec = job(1, goals={"deadline": "10h"})
+    first = run(spec, {}, [])
+    assert first.status["deadline"] == "2026-01-01T10:00:00Z"
+    later = step(spec, launched(first), [pod("j-n0", 1)], None, (SPOT, ON_DEMAND), "j", T0 + timedelta(hours=5),
+                 T0 + timedelta(hours=6))  # fmt: skip
+    assert later.state is not None and later.state.deadline == T0 + timedelta(hours=10)
+    assert later.status["deadline"] == "2026-01-01T10:00:00Z"
+
+
+def test_a_failure_sets_one_failed_condition_with_its_reason() -> None:
+    """Failing and refusing are the engine's transitions; the status writer sets the Failed condition
+    (its reason the failure reason) and one Event names it."""
+    failed = operator_step.fail(running(job(1), 1), "j", FailureReason.BACKEND_ERROR, "pod refused", T0)
+    assert failed.status["state"] == "FAILED" and failed.stop == ("j-a1-n0",)
+    assert condition(failed.status, "Failed")["reason"] == "BackendError"
+    assert condition(failed.status, "Running")["status"] == "False"
+    assert failed.events == ("FAILED (backend_error): pod refused",)
+    refused = operator_step.refuse({}, "j", Refused(FailureReason.OVER_BUDGET, "too dear", "ask"), T0)
+    assert refused.status["state"] == "FAILED" and refused.status["message"] == "too dear (to fix: ask)"
+    assert condition(refused.status, "Failed")["reason"] == "OverBudget" and refused.effects == ()

@@ -10,8 +10,8 @@ from typing import Any
 import jsonschema
 import pytest
 
-from operators.kubernetes.gpu_usage import collect_gpu_usage, monitor_key
 from orchestrator.backends.kubernetes.crd import status_openapi_schema
+from orchestrator.backends.kubernetes.gpu_usage import collect_gpu_usage, monitor_key
 from orchestrator.cli.status_document import kubernetes_document, status_json_schema
 from orchestrator.state.gpu_usage import WINDOW_KIND
 from tests.operators.kubernetes.test_kube_step import T0, condition, job, pod, pruned, run, running

@@ -2,8 +2,9 @@
 
 The trainer's runtime writes progress records to a file the pod's monitor sidecar shares; the sidecar
 prints them on its stdout (``--progress-file``, lines prefixed :data:`~orchestrator.contract.PROGRESS_LINE_PREFIX`),
-in the same log the operator reads for GPU use (:mod:`operators.kubernetes.gpu_usage`, one read per pod
-and pass). ``status.progress`` is the newest record seen, in the form of a local job's progress
+in the same log the operator reads for GPU use (:mod:`orchestrator.backends.kubernetes.gpu_usage`), and pushes
+them to the operator's intake (:mod:`orchestrator.backends.kubernetes.intake`), so that a pass needs no log read.
+``status.progress`` is the newest record seen, in the form of a local job's progress
 (:func:`orchestrator.backends.progress.read_progress`):
 
 ``step``, ``totalSteps``, ``loss``, ``worldSize`` (of the newest step record), ``finished`` and
@@ -18,11 +19,12 @@ no value are left out (a merge patch would delete them, and the status would dif
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from orchestrator.backends.base import Progress
 from orchestrator.contract import PROGRESS_LINE_PREFIX, parse_progress_records
+from orchestrator.times import iso_z, parse_iso_or_none
 
 STATUS_KEY = "progress"
 _STEP_KEYS = (("step", "step"), ("total_steps", "totalSteps"), ("loss", "loss"), ("world_size", "worldSize"))
@@ -41,11 +43,7 @@ def progress_records(log_text: str) -> list[dict[str, Any]]:
 
 
 def record_time(record: Mapping[str, Any]) -> datetime | None:
-    try:
-        t = datetime.fromisoformat(str(record["time"]).replace("Z", "+00:00"))
-    except (KeyError, ValueError):
-        return None
-    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
+    return parse_iso_or_none(record.get("time"))
 
 
 def _number(value: Any) -> bool:
@@ -73,7 +71,7 @@ def advance(current: Mapping[str, Any] | None, records: Iterable[Mapping[str, An
             continue
         else:
             continue  # checkpoints: no progress of their own
-        progress["time"] = t.isoformat().replace("+00:00", "Z")
+        progress["time"] = iso_z(t)
     return progress
 
 

@@ -10,8 +10,13 @@ from typing import Any
 import jsonschema
 import pytest
 
-from operators.kubernetes.gpu_usage import CLOCK_SKEW_MARGIN_S, MonitorLedger, monitor_key, since_seconds
 from orchestrator.backends.kubernetes.crd import gpujob_crd
+from orchestrator.backends.kubernetes.gpu_usage import (
+    CLOCK_SKEW_MARGIN_S,
+    MonitorLedger,
+    monitor_key,
+    since_seconds,
+)
 from orchestrator.monitor.samples import read_sample_ticks
 from orchestrator.monitor.summary import WindowAggregator, unavailable_record
 from orchestrator.state.gpu_usage import NO_NVML_MESSAGE, aggregate, usage_window

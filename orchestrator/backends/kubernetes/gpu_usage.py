@@ -2,9 +2,11 @@
 
 Each pod's monitor sidecar prints every window summary as one JSON line on stdout
 (``--summary-stdout``; its own messages go to stderr, which the log interleaves and the parser skips).
-On every reconcile the operator reads the ``monitor`` log of each started pod of the job once
-(:func:`read_monitor_logs`; its progress lines go to :mod:`operators.kubernetes.progress`) and adds the
-windows it has not taken yet to running totals kept in the GPUJob's status. Status keys:
+On every reconcile the operator takes the lines each started pod's monitor pushed to its intake
+(:mod:`orchestrator.backends.kubernetes.intake`), or reads the pod's ``monitor`` log when it must
+(:func:`read_monitor_logs`: no intake, the catch-up after a start, a monitor that does not push); the
+progress lines go to :mod:`orchestrator.backends.kubernetes.progress`, and the windows not taken yet are added to
+running totals kept in the GPUJob's status. Status keys:
 
 - ``gpuUsage``: the aggregate, the same fields as ``gpu_usage`` of a local job (``gpuctl status``);
 - ``gpuUsageTotals``: the running sums it follows from (:class:`~orchestrator.state.gpu_usage.UsageTotals`);
