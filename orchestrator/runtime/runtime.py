@@ -64,6 +64,14 @@ def clone_to_cpu(value: Any, buffers: BufferCache | None = None, path: tuple[Any
     return copy.deepcopy(value)
 
 
+def say(line: str) -> None:
+    """``line`` on stderr in ONE write: every rank of a node shares the stream, and ``print`` writes the
+    text and its newline separately where Python runs unbuffered (``PYTHONUNBUFFERED``), so two ranks'
+    lines could run together on one line."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
 def _distributed() -> bool:
     return dist.is_available() and dist.is_initialized()
 
@@ -314,7 +322,7 @@ class Runtime:
             self.store.save(step, state, meta={"world_size": self.world_size})
         except Exception as exc:
             self.progress.event("checkpoint_failed", step, error=str(exc))
-            print(f"gpuctl runtime: checkpoint of step {step} failed: {exc}", file=sys.stderr, flush=True)
+            say(f"gpuctl runtime: checkpoint of step {step} failed: {exc}")
             if raise_errors:
                 raise
             return
@@ -346,7 +354,7 @@ class Runtime:
             dist.barrier()
         self.progress.event("preempted", step)
         sys.stdout.flush()
-        print(notice_line(self.notice.describe(), step, self.rank), file=sys.stderr, flush=True)
+        say(notice_line(self.notice.describe(), step, self.rank))
         raise SystemExit(PREEMPTED_EXIT_CODE)
 
     def finish(self, metrics: dict[str, Any] | None = None, step: int | None = None) -> None:

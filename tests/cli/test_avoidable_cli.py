@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -15,12 +16,15 @@ from orchestrator.testing.states import running_job
 from tests.cli.hostile_home import write_lines
 
 STARTED = datetime.now(UTC) - timedelta(hours=2)
+"""Two hours before the test runs: set again by the ``store`` fixture, since the suite may run this test long
+after it imported the module, and the USD the tests expect is that of a job running 2 hours."""
 
 
 @pytest.fixture
 def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> JobStore:
     monkeypatch.setenv("GPUCTL_HOME", str(tmp_path))
     monkeypatch.setenv("COLUMNS", "250")
+    monkeypatch.setattr(sys.modules[__name__], "STARTED", datetime.now(UTC) - timedelta(hours=2))
     return JobStore(tmp_path)
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,7 @@ from torch import nn
 from orchestrator.contract import PREEMPTED_EXIT_CODE
 from orchestrator.errors import UserError
 from orchestrator.runtime import LocalStorage, NoticeWatcher, Runtime, parse_signal
+from orchestrator.runtime import runtime as runtime_module
 
 
 def _setup(seed: int = 0) -> tuple[nn.Module, torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
@@ -204,3 +207,18 @@ def test_failed_background_write_is_reported_and_training_goes_on(tmp_path: Path
     with pytest.raises(OSError):
         rt.finish()  # the final checkpoint is synchronous: its failure is raised
     rt.notice.uninstall()
+
+
+def test_runtime_lines_reach_the_shared_stream_in_one_write(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every rank of a node writes to one stream: a line and its newline written apart (``print`` under
+    ``PYTHONUNBUFFERED``) can run two ranks' lines together, so the runtime writes each line at once."""
+    writes: list[str] = []
+
+    class Recorder(io.StringIO):
+        def write(self, text: str) -> int:
+            writes.append(text)
+            return len(text)
+
+    monkeypatch.setattr(sys, "stderr", Recorder())
+    runtime_module.say("rank 1: notice at step 7")
+    assert writes == ["rank 1: notice at step 7\n"]

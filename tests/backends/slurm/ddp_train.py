@@ -85,7 +85,10 @@ def train() -> int:
         if stop.item() > 0:
             save()
             dist.barrier()
-            print(f"rank {rank}: notice at step {step}, checkpoint saved", flush=True)
+            sys.stdout.write(
+                f"rank {rank}: notice at step {step}, checkpoint saved\n"
+            )  # one write: ranks share
+            sys.stdout.flush()  # the stream, and print writes the newline apart when Python runs unbuffered
             return PREEMPTED_EXIT_CODE
         if args.seed is not None:  # each step's data from the seed and the step: a resumed run draws the same
             torch.manual_seed(args.seed + step)
