@@ -275,8 +275,11 @@ class _Interrupts:
         self.count += 1  # only a counter: a handler must not take locks the main thread may hold
 
     def __exit__(self, *_exc: object) -> None:
+        # Interrupted: the job was handed over and the command is ending. A further Ctrl-C must change
+        # nothing, also while Python shuts down (it then resets a Python handler to the default action,
+        # which would end the process by the signal): ignored from here on.
         for sig, previous in self._previous.items():
-            signal.signal(sig, previous)
+            signal.signal(sig, signal.SIG_IGN if self.count else previous)
 
     def wait(self, seconds: float) -> None:
         """Sleep up to ``seconds``, less once interrupted."""
