@@ -10,7 +10,7 @@ from orchestrator.cli.jobs_cmd import _Interrupts
 
 
 def test_interrupts_are_counted_and_then_ignored_until_the_process_ends() -> None:
-    before = signal.getsignal(signal.SIGINT)
+    before, hangup = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGHUP)
     try:
         with _Interrupts() as interrupts:
             signal.raise_signal(signal.SIGINT)
@@ -20,7 +20,7 @@ def test_interrupts_are_counted_and_then_ignored_until_the_process_ends() -> Non
         assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGINT, before)
-        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+        signal.signal(signal.SIGHUP, hangup)
 
 
 def test_an_uninterrupted_submit_gives_the_handlers_back() -> None:
