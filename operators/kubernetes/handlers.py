@@ -36,6 +36,7 @@ from orchestrator.backends.kubernetes.pods import cleanup_job
 from orchestrator.errors import GpuctlError
 
 INTERVAL_S = float(os.environ.get("GPUCTL_RECONCILE_INTERVAL_S", "10"))
+CANCELLATION_POLLING_S = 0.5  # how soon a deletion goes on once a running tick has ended
 FINALIZER = "gpuctl.dev/cleanup"
 _locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
 """One reconcile at a time per job (create and timer handlers may otherwise overlap)."""
@@ -70,6 +71,9 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP)
     settings.posting.level = 20  # logging.INFO: job events become Kubernetes Events (see _reconcile)
+    # A GPUJob deleted while its tick runs waits for the tick to end; kopf checks again only after
+    # this polling time (60 s by default), so `kubectl delete` would hang a minute for nothing.
+    settings.background.cancellation_polling = CANCELLATION_POLLING_S
     view.clear()  # a started operator knows nothing yet: its first passes read and list
     load_config()  # fail at startup, not at the first job, on bad settings
     admission.check_settings()  # and on a bad budget or price in the chart's values
