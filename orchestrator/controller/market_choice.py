@@ -49,6 +49,9 @@ class MarketView:
     """Hours the job has held nodes so far, minus a changeover per attempt (for work estimates)."""
     market_log: MarketLog | None = None
     """The market the controller saw before the job (kept with the job), when it keeps a log."""
+    try_cost_h: float = 0.0
+    """What a spot launch that finds no capacity costs before the job is placed again, where capacity
+    is seen only by trying (Kubernetes: the shortage timeout); 0 where it is seen before launching."""
 
 
 @dataclass(frozen=True)
@@ -161,7 +164,7 @@ def leave_on_demand(spec: JobSpec, market: MarketView, clock: JobClock, current:
         return None
     policy = market_policy(spec.market.policy or DEFAULT_POLICY)
     decision = policy.decide(ctx)
-    if decision.market is MarketKind.ON_DEMAND:
+    if decision.market is MarketKind.ON_DEMAND or _placed_on_demand_again(spec, market, clock):
         return None
     where = (
         f"spot is back in {decision.zone}"
@@ -169,6 +172,13 @@ def leave_on_demand(spec: JobSpec, market: MarketView, clock: JobClock, current:
         else "the slack allows waiting for spot"
     )
     return f"leaving on-demand: {where} ({policy.name}, slack {_hours(ctx)})"
+
+
+def _placed_on_demand_again(spec: JobSpec, market: MarketView, clock: JobClock) -> bool:
+    """Whether the job, once stopped, would be placed on on-demand again at once (what the placing
+    step asks, with no current market): then leaving on-demand only throws work away, every pass."""
+    again = choose_market(spec, market, clock)
+    return isinstance(again, MarketChoice) and again.placement.market is MarketKind.ON_DEMAND
 
 
 def market_context(
@@ -203,6 +213,7 @@ def market_context(
         # on-demand, told to stop, may take the notice grace to save and exit; a pass sees it ended
         stop_h=spec.checkpoint.notice_grace_seconds / 3600.0 + market.tick_h,
         market_log=market.market_log,
+        try_cost_h=market.try_cost_h,
     )
 
 

@@ -5,7 +5,7 @@ Which of them a job runs on, and when, is the market policy's decision (see ``ma
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from orchestrator.backends.base import OwnPlacements, Placement
@@ -34,10 +34,20 @@ class Candidates:
         return min(self.spot_by_zone.values(), key=lambda p: p.node_price_usd_per_hour, default=None)
 
 
-def zone_candidates(spec: JobSpec, price_note: str = "", offers: Sequence[Offer] | None = None) -> Candidates:
+OfferFilter = Callable[[Offer, MarketKind], bool]
+"""Whether an offer may be placed in a market where the backend runs (a Kubernetes cluster's zones)."""
+
+
+def zone_candidates(
+    spec: JobSpec,
+    price_note: str = "",
+    offers: Sequence[Offer] | None = None,
+    allowed: OfferFilter | None = None,
+) -> Candidates:
     """The best placement per (market, zone) for the spec's GPU types.
 
-    ``offers``: the price catalog to search (default: the built-in one plus nothing else).
+    ``offers``: the price catalog to search (default: the built-in one plus nothing else);
+    ``allowed``: only the offers and markets it accepts (:class:`NoPlacement` when none is left).
     """
     best: dict[tuple[MarketKind, str], tuple[float, Placement]] = {}
     types = spec.resources.gpu_types
@@ -54,7 +64,7 @@ def zone_candidates(spec: JobSpec, price_note: str = "", offers: Sequence[Offer]
         for market in MarketKind:
             for offer in found:
                 placement = _placement(offer, market, spec.resources.gpus_per_node, price_note)
-                if placement is None:
+                if placement is None or (allowed is not None and not allowed(offer, market)):
                     continue
                 # "ordered": an earlier type always wins; "cheapest": the price decides.
                 key = placement.node_price_usd_per_hour
@@ -83,12 +93,14 @@ def candidates_for(spec: JobSpec, own: OwnPlacements | None, price_note: str = "
     return Candidates(dict(own.spot_by_zone), own.on_demand) if own else zone_candidates(spec, price_note)
 
 
-def catalog_candidates(spec: JobSpec, catalog_csv: str | None = None) -> Candidates:
+def catalog_candidates(
+    spec: JobSpec, catalog_csv: str | None = None, allowed: OfferFilter | None = None
+) -> Candidates:
     """Candidates from the price catalog CSV ``catalog_csv`` (the Helm chart's ``priceCatalog``), else
-    the built-in one: what the Kubernetes operator places by, and ``gpuctl submit --backend kubernetes``
-    admits by."""
+    the built-in one: what the Kubernetes operator places by (``allowed``: the offers its cluster can
+    run), and ``gpuctl submit --backend kubernetes`` admits by."""
     offers = read_offers_csv(catalog_csv, "chart price catalog") if catalog_csv else None
-    return zone_candidates(spec, offers=offers)
+    return zone_candidates(spec, offers=offers, allowed=allowed)
 
 
 def placement_candidates(

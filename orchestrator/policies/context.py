@@ -181,7 +181,10 @@ class MarketContext:
     decided (a controller acts at its next pass: about a tick; the simulator acts at once: 0).
     ``stop_h``: how long stopping an on-demand run may take before the job can be placed again (a
     controller: the notice grace and a pass; the simulator: its latency). ``market_log``: the
-    market seen before the job, when the caller kept one (see :class:`MarketLog`).
+    market seen before the job, when the caller kept one (see :class:`MarketLog`). ``try_cost_h``:
+    what a spot launch that finds no capacity costs before the job can be placed again, where a
+    zone's spot is seen only by trying it (Kubernetes: ``spotShortageAfterSeconds``); 0 where
+    capacity is seen before launching (local, SLURM, the simulator).
     """
 
     elapsed_h: float
@@ -200,6 +203,7 @@ class MarketContext:
     latency_h: float = 0.0
     stop_h: float = 0.0
     market_log: MarketLog | None = None
+    try_cost_h: float = 0.0
 
     def to_batch(self) -> MarketBatch:
         zones = list(self.zones)
@@ -231,6 +235,7 @@ class MarketContext:
             latency_h=self.latency_h,
             stop_h=self.stop_h,
             market_log=None if self.market_log is None else self.market_log.to_batch(zones),
+            try_cost_h=self.try_cost_h,
         )
 
 
@@ -248,7 +253,8 @@ class MarketBatch:
     """:class:`MarketContext` for B jobs at once: arrays of shape (B,) or (B, Z); scalars are shared.
 
     ``market`` holds :class:`Action` codes of what runs now (WAIT = nothing), ``zone`` its zone index
-    (-1 for none). ``latency_h``, ``stop_h``, ``market_log``: see :class:`MarketContext`.
+    (-1 for none). ``latency_h``, ``stop_h``, ``market_log``, ``try_cost_h``: see
+    :class:`MarketContext`.
     """
 
     elapsed_h: FloatArray
@@ -270,6 +276,7 @@ class MarketBatch:
     latency_h: float = 0.0
     stop_h: float = 0.0
     market_log: MarketLogBatch | None = None
+    try_cost_h: float = 0.0
 
     @property
     def slack_h(self) -> FloatArray:
@@ -284,6 +291,12 @@ class MarketBatch:
     def safety_h(self) -> float:
         """Slack needed to survive one more launch and then one fallback launch to on-demand."""
         return 2.0 * self.changeover_h + self.tick_h
+
+    @property
+    def try_safety_h(self) -> float:
+        """Slack a spot launch needs: a failed try (``try_cost_h``) must leave the job at or above the
+        safety net, from where on-demand still meets the deadline."""
+        return self.safety_h + self.try_cost_h
 
     def on_spot_and_up(self) -> BoolArray:
         """Rows now running spot in a zone that still has capacity."""

@@ -44,7 +44,9 @@ import numpy as np
 
 from orchestrator.policies.base import MarketPolicy, choose_actions
 from orchestrator.policies.context import Action, FloatArray, IntArray, MarketBatch
+from orchestrator.policies.guard import allowed_lag_h, bounded
 from orchestrator.policies.planner import IDLE_DOWN, IDLE_UP, OD_DOWN, OD_UP, PlanGrid, cycle_keys, plan_cache
+from orchestrator.policies.tries import may_try
 
 
 class PlanAheadPolicy(MarketPolicy):
@@ -52,11 +54,16 @@ class PlanAheadPolicy(MarketPolicy):
     description = "learns each zone's up/down runs, plans the rest of the job by dynamic programming"
 
     def __init__(
-        self, prior_cycle_h: float = 3.0, prior_runs: float = 4.0, outage_shape: float = 1.0
+        self,
+        prior_cycle_h: float = 3.0,
+        prior_runs: float = 4.0,
+        outage_shape: float = 1.0,
+        lag_share: float = 0.25,
     ) -> None:
         self.prior_cycle_h = prior_cycle_h
         self.prior_runs = prior_runs
         self.outage_shape = outage_shape
+        self.lag_share = lag_share
 
     def decide_batch(self, b: MarketBatch) -> tuple[IntArray, IntArray]:
         n = b.elapsed_h.shape[0]
@@ -106,10 +113,18 @@ class PlanAheadPolicy(MarketPolicy):
             again = cache.lookup(
                 ride_loss, failover, any_recovery, after_h, b.slack_h - b.stop_h, idle, cycle
             )
+            # spot the stopped job may not try (a failed try would cross the net) is on-demand again
+            untried = (again == Action.SPOT) & (b.slack_h - b.stop_h < b.try_safety_h - 1e-9)
+            again = np.where(untried, int(Action.ON_DEMAND), again)
             planned = np.where(leaving & (again == Action.ON_DEMAND), int(Action.ON_DEMAND), planned)
+        # a try of spot that may fail (Kubernetes) must leave the job above the net: else on-demand
+        planned = np.where((planned == Action.SPOT) & ~riding & ~may_try(b), int(Action.ON_DEMAND), planned)
         od = (short & ~riding) | (~riding & (planned == Action.ON_DEMAND))
         spot = riding | (any_up & (planned == Action.SPOT) & ~od)
-        return choose_actions(n, od, spot, zone)
+        decided = choose_actions(n, od, spot, zone)
+        if math.isinf(self.lag_share):
+            return decided
+        return bounded(b, decided, zone, allowed_lag_h(b, self.lag_share))
 
     def zone_rates(
         self, b: MarketBatch, seen: _Seen | None = None

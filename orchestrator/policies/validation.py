@@ -166,6 +166,20 @@ def leave_one_set_out(rows: Sequence[Row], candidates: Sequence[str]) -> list[He
     return out
 
 
+def leave_traces_out(
+    rows: Sequence[Row], candidates: Sequence[str], files: Mapping[str, frozenset[str]]
+) -> list[tuple[Row, str]]:
+    """Each row with the candidate chosen on the rows that share no trace file with it (``files``:
+    each row group's trace files): a zone's own data, alone or in a group, never chooses what is
+    scored on it."""
+    out = []
+    for row in rows:
+        held = files[row.group]
+        train = [r for r in rows if not files[r.group] & held]
+        out.append((row, choose(train, candidates) if train else candidates[0]))
+    return out
+
+
 @dataclass(frozen=True)
 class Summary:
     rows: int

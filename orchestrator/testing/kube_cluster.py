@@ -18,6 +18,9 @@ What it models, each step only when a test calls it (nothing moves by itself):
   ``DisruptionTarget`` condition (the kubelet's graceful node shutdown); ``notice_s`` later (at the
   next :meth:`advance` at or after it) its pods and then the node are deleted.
 
+- **Karpenter NodePools** (``node_pools``): served as given (the operator reads their zone and
+  capacity-type requirements); they provision nothing, the trace does.
+
 Not modelled: a node provisioner's latency (nodes appear at the tick the trace says), image pulls
 (a bound pod runs at once), container restarts, preemption by priority, pod-level taints of
 ``NoExecute``, topology spread, and any controller (Kueue, Karpenter's NodeClaims, the pod GC's delay).
@@ -48,6 +51,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from orchestrator.backends.kubernetes import listing
+from orchestrator.backends.kubernetes.cluster_zones import NODEPOOL_GROUP, NODEPOOL_PLURAL, NODEPOOL_VERSION
 from orchestrator.backends.kubernetes.config import (
     DEFAULT_ZONE_LABELS,
     GPU_PRODUCT_LABEL,
@@ -59,11 +63,12 @@ from orchestrator.backends.kubernetes.config import (
 from orchestrator.backends.kubernetes.manifests import MONITOR, TRAINER
 from orchestrator.contract import PROGRESS_LINE_PREFIX
 from orchestrator.policies.traces import AvailabilityTrace
-from orchestrator.testing.kube_api import DEFAULT_TIMEOUT_S, KubeApi
+from orchestrator.testing.kube_api import DEFAULT_TIMEOUT_S, VERBS, KubeApi, kmock
 from orchestrator.testing.pod_logs import FakePodLogs
 from orchestrator.times import iso_z
 
 RECLAIM_TAINT = "gpuctl.dev/spot-reclaimed"
+NODEPOOL_RESOURCE = f"{NODEPOOL_GROUP}/{NODEPOOL_VERSION}/{NODEPOOL_PLURAL}"
 LISTING_LAG = 1
 """Passes a change of pods or nodes may wait for before a pass sees it: the operator's passes share one
 listing, fetched again when a job's pass would read one its previous pass read."""
@@ -105,7 +110,10 @@ class SimulatedKubeCluster(KubeApi):
         config: KubeConfig | None = None,
         namespace: str = "default",
         history: bool = True,
+        node_pools: Sequence[Mapping[str, Any]] | None = None,
     ) -> None:
+        """``node_pools``: the Karpenter NodePools (``karpenter.sh/v1``) the cluster has, their CRD
+        served; None: no NodePool CRD (listing NodePools is a 404, as on a cluster without Karpenter)."""
         self.clock: Clock = clock or WallClock()
         super().__init__(namespace, FakePodLogs(clock=lambda: self.clock.now().timestamp()), history)
         self.trace = trace
@@ -119,10 +127,18 @@ class SimulatedKubeCluster(KubeApi):
         """Spot node -> when it and its pods are deleted."""
         self.history: list[tuple[datetime, str, str]] = []
         """(when, what, name): ``bound``/``unschedulable`` pods, ``added``/``reclaimed``/``deleted`` nodes."""
+        self.node_pools = [dict(p) for p in node_pools] if node_pools is not None else None
+        if self.node_pools is not None:
+            self.emulator.resources[NODEPOOL_RESOURCE] = kmock.ResourceInfo(
+                kind="NodePool", namespaced=False, verbs=VERBS
+            )
 
     async def __aenter__(self) -> SimulatedKubeCluster:
         await super().__aenter__()
         self.started_at = self.clock.now()
+        for pool in self.node_pools or ():
+            group, version, plural = NODEPOOL_RESOURCE.split("/")
+            await self.call(self.custom.create_cluster_custom_object, group, version, plural, pool)
         for zone, count in self.on_demand_nodes.items():
             for index in range(count):
                 await self.add_node(f"on-demand-{zone}-{index}", zone, spot=False)
@@ -193,7 +209,7 @@ class SimulatedKubeCluster(KubeApi):
     ) -> None:
         """A node (``gpus`` and ``product``: the shape's unless given)."""
         labels = {
-            ZONE_LABEL: zone,
+            ZONE_LABEL: zone_name(zone, self.shape.region) if self.shape.cloud == "aws" else zone,
             REGION_LABEL: self.shape.region,
             GPU_PRODUCT_LABEL: product or self.shape.gpu_product,
             "kubernetes.io/hostname": name,
@@ -354,6 +370,14 @@ class SimulatedKubeCluster(KubeApi):
         when = self.clock.now().isoformat(timespec="milliseconds")
         line = PROGRESS_LINE_PREFIX + json.dumps({"time": when, "step": step, **record})
         self.logs.write(self.namespace, pod, MONITOR, line)
+
+
+def zone_name(zone_id: str, region: str) -> str:
+    """The zone name an AWS node carries in ``topology.kubernetes.io/zone`` for the catalog's zone id
+    (``use1-az2`` -> ``us-east-1b`` in this simulated account; real accounts map names to ids each
+    their own way, which is why the id label is the one matched)."""
+    number = zone_id.rsplit("-az", 1)[-1]
+    return f"{region}{'abcdefgh'[int(number) - 1]}" if number.isdigit() and 0 < int(number) <= 8 else zone_id
 
 
 def _status(obj: Mapping[str, Any]) -> Mapping[str, Any]:

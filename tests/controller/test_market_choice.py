@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -23,6 +24,9 @@ from orchestrator.controller.market_choice import (
 from orchestrator.controller.reconcile import JobView, reconcile
 from orchestrator.errors import UserError
 from orchestrator.policies import ZoneHistory
+from orchestrator.policies.base import choose_actions
+from orchestrator.policies.context import Action, IntArray, MarketBatch
+from orchestrator.policies.market import POLICIES, MarketPolicy
 from orchestrator.spec import load_spec_text
 from orchestrator.state.status import FailureReason, JobStatus
 from orchestrator.state.watch import StepSample, WatchState
@@ -48,7 +52,7 @@ def view(body: str, mkt: MarketView, deadline_h: float | None = 10.0, **kw: obje
     return replace(base, **kw)  # type: ignore[arg-type]
 
 
-def launched(actions: list[object]) -> Placement | None:
+def launched(actions: Sequence[object]) -> Placement | None:
     starts = [a for a in actions if isinstance(a, StartAttempt)]
     return starts[0].placement if starts else None
 
@@ -128,10 +132,15 @@ def test_reserve_slack_leaves_on_demand_only_keeping_the_safety_net() -> None:
 
 
 def test_default_leaves_on_demand_only_while_a_way_back_meets_the_deadline() -> None:
-    # The default (plan-ahead) with the same 0.45 h of slack: the move to spot costs 0.2 h, and were
-    # spot lost at once the launch back to on-demand another 0.2 h: 0.05 h still to spare, and spot
-    # in zone-b saves far more than the changeover. Sound: the deadline is never at risk.
+    # The default (plan-ahead) with the same 0.45 h of slack, on uniform progress's line (0.95 h of
+    # 9.5 done at hour 1 of 10): its corridor around the line (0.25 of the 0.5 h slack) is narrower
+    # than uniform progress's catch-up (2 changeovers), so uniform progress decides: on-demand stays
     v = running_on_demand("goals: {compute_hours: 9.5}\n", market(0, 1, long_runs()), progress_step=10)
+    assert reconcile(v) == []
+    # ahead of the line by more than the catch-up (1.43 h done, 0.93 h of slack): the move to spot
+    # costs 0.2 h, and were spot lost at once the launch back to on-demand another 0.2 h: the
+    # deadline is never at risk, and spot in zone-b saves far more than the changeover
+    v = running_on_demand("goals: {compute_hours: 9.5}\n", market(0, 1, long_runs()), progress_step=15)
     actions = reconcile(v)
     assert "spot is back in zone-b" in next(a.message for a in actions if isinstance(a, Transition))
     # 0.36 h of slack cannot pay both launches and a tick (the safety net): it stays on on-demand
@@ -187,3 +196,37 @@ def test_a_placement_never_possible_is_a_refusal_not_a_wait() -> None:
         update={"compute_hours": 2.0})}), no_on_demand, clock), MarketWait)  # fmt: skip
     (failed,) = reconcile(view("goals: {compute_hours: 8.7}\n", no_on_demand))
     assert failed == Transition(S.FAILED, "no on-demand offer of V100", FailureReason.NO_CAPACITY)
+
+
+def test_on_demand_with_a_try_costing_more_than_the_slack_stays() -> None:
+    """Kubernetes: a failed try of spot costs 10 minutes, 4.9 minutes of slack are left, both zones'
+    shortage is forgotten (they look up), passes come at the same instant (no tick): the job stays on
+    on-demand, where leaving it would be placed straight back there, pass after pass."""
+    unseen = replace(market(None, None), tick_h=0.0, try_cost_h=600.0 / 3600.0)
+    submitted = NOW - timedelta(minutes=65)  # 1 h of work, 36 min of slack; 34 min done on on-demand
+    v = view("market: {changeover: 1m}\ngoals: {compute_hours: 1}\n", unseen, submitted_at=submitted,
+             deadline=submitted + timedelta(minutes=96), status=S.RUNNING, attempt=4, placement=ON_DEMAND,
+             open_segment_nodes=1, nodes=(NodeObservation("t-a4-n0", NodePhase.RUNNING),),
+             progress=Progress(step=565, total_steps=1000, time=NOW), progress_fresh=True)  # fmt: skip
+    assert reconcile(v) == []
+
+
+class _LeavesButComesBack(MarketPolicy):
+    """Inconsistent on purpose: on on-demand it waits, idle it runs on-demand."""
+
+    name = "leaves-but-comes-back"
+    description = "test"
+
+    def decide_batch(self, b: MarketBatch) -> tuple[IntArray, IntArray]:
+        idle = b.market != Action.ON_DEMAND
+        return choose_actions(len(b.elapsed_h), idle, idle & False, b.zone)
+
+
+def test_on_demand_is_never_left_when_placing_would_choose_it_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever the policy: a job the placing step would put straight back on on-demand keeps running
+    there (a restart would throw away work at every pass)."""
+    monkeypatch.setitem(POLICIES, _LeavesButComesBack.name, _LeavesButComesBack)
+    body = f"market: {{policy: {_LeavesButComesBack.name}}}\ngoals: {{compute_hours: 4}}\n"
+    assert reconcile(running_on_demand(body, market(0, 1, long_runs()), progress_step=50)) == []
+    placed = reconcile(replace(running_on_demand(body, market(0, 1), 50), status=S.RECOVERING, nodes=()))
+    assert launched(placed) is ON_DEMAND  # what it would do once stopped

@@ -6,13 +6,16 @@ tick 14 and then keeps it. With 9 ticks of work and a deadline of 23 ticks, gpuc
 (plan-ahead) runs spot in zone 2, goes on-demand once no zone has spot and waiting longer would leave
 too little slack to ever leave on-demand again (its plan lands every launch a pass late and gives
 on-demand the notice grace and a pass to stop, as the controller tells it; the simulator is told the
-same), and moves to spot in zone 1 when it appears. Kubernetes, on a FakeClock (launches exact, a
-pass every 10 s), checks the whole sequence and the deadline. The local run, in wall-clock time,
-decides every second, and real launches on a busy 2-core machine are not exactly a tick: the
-simulator deciding every second gives the same sequence with the work up to two ticks off or the
-changeover twice as long, except with the least work, where it waits for zone 1 instead of going
-on-demand (the two cost nearly the same); the local run must give one of those answers
-(``local_answers``).
+same), and moves to spot in zone 1 when it appears.
+
+Locally the decisions are checked on a FakeClock: the local controller's tick (the SQL store, the local
+backend's trace playback and reclaims) deciding every second, as it does, on the test kit's simulated
+world (nodes start in a second and train a step a second); the simulator deciding every second gives the
+same sequence, exactly. The same job then runs through ``gpuctl submit`` with real processes, in
+wall-clock time, for the wiring only: how fast processes start on the machine moves a near tie
+(``local_answers``: after zone 2 is lost, on-demand now or wait for zone 1 cost nearly the same), so that
+run checks only what no machine speed changes: the job succeeds, starts on spot in zone 2, runs spot
+only in a zone whose trace has it at that time, and ends on spot in zone 1 or on-demand.
 
 On Kubernetes the cluster's clock is a FakeClock the test moves a tick at a time, waiting for the
 operator's passes at each (no wall-clock pacing). Kubernetes does not say where spot capacity is: the
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -34,17 +38,24 @@ from typing import Any
 import numpy as np
 import pytest
 
-from operators.kubernetes.reconcile import job_spec
-from operators.kubernetes.step import iso
+from orchestrator.backends.base import OwnPlacements
 from orchestrator.backends.kubernetes.crd import GROUP, VERSION
-from orchestrator.controller.driver import run_hours
+from orchestrator.backends.kubernetes.gpujob import job_spec
+from orchestrator.backends.local.backend import LocalBackend
+from orchestrator.backends.local.market import SimulatedMarket
+from orchestrator.controller.driver import Driver, run_hours
 from orchestrator.policies import DEFAULT_POLICY, market_policy
 from orchestrator.policies.simulator import Launch, SimJob, simulate
 from orchestrator.policies.traces import AvailabilityTrace
+from orchestrator.spec import JobSpec, load_spec_text, parse_deadline
 from orchestrator.state.job_state import JobState
+from orchestrator.state.state_rows import load_state
 from orchestrator.state.status import JobStatus
-from orchestrator.testing import FakeClock
+from orchestrator.state.store import JobStore
+from orchestrator.testing import FakeClock, SimScript, SimulatedBackend
 from orchestrator.testing.kube_cluster import NodeShape, SimulatedKubeCluster
+from orchestrator.times import iso_z as iso
+from orchestrator.times import parse_iso
 from tests.controller.conftest import TINY, Gpuctl, write_job
 from tests.operators.kubernetes.operator_handlers import handlers
 
@@ -126,33 +137,113 @@ def test_controller_decides_as_the_simulator(
         played = asyncio.run(_play_on_kubernetes(monkeypatch))
         assert _kube_decisions(played) == _decisions(simulated_launches()), played
         return
-    files = []
-    for zone, row in zip(ZONES, _traces(), strict=True):
-        path = tmp_path / f"{zone}.json"
-        path.write_text(json.dumps({"metadata": {"gap_seconds": GAP_S}, "data": row.tolist()}))
-        files += ["--spot-trace", f"{zone}={path}"]
+    # the decisions: the local controller on a FakeClock, deciding every second as it does
+    decided = _decide_locally_on_a_fake_clock(tmp_path / "fake")
+    assert decided == _decisions(simulated_launches(pass_s=1.0)), decided
+    # the wiring: the same job and traces through `gpuctl submit`, real processes in wall-clock time
+    # (how fast they start moves the near tie of local_answers: only the machine-independent facts)
+    files = _trace_files(tmp_path)
     step_s = 0.25
-    steps = int(WORK_TICKS * TICK_S / step_s)
-    job_file = write_job(tmp_path, "parity", (
-        f"command: {TINY} {steps} {step_s}\n"
-        f"market: {{zones: [{', '.join(ZONES)}], changeover: {CHANGEOVER_TICKS * TICK_S:g}s}}\n"
-        f"goals: {{deadline: {DEADLINE_TICKS * TICK_S:g}s, compute_hours: {WORK_TICKS * TICK_S / 3600}}}\n"
-        f"checkpoint: {{notice_grace_seconds: {NOTICE_GRACE_S}}}\n"
-    ))  # fmt: skip
+    job_file = write_job(
+        tmp_path, "parity", _job_yaml(f"{TINY} {int(WORK_TICKS * TICK_S / step_s)} {step_s}")
+    )
     gpuctl.run("submit", str(job_file), *files, "--trace-speedup", str(SPEEDUP), timeout=600)
     doc = json.loads(gpuctl.run("list", "-o", "json").stdout)[0]
     assert doc["state"] == "SUCCEEDED", doc
-    first_of_attempt: dict[int, dict[str, object]] = {}
+    first_of_attempt: dict[int, dict[str, Any]] = {}
     for seg in doc["segments"]:
         first_of_attempt.setdefault(int(seg["attempt"]), seg)
-    controller = [
-        (str(s["market"]), str(s["zone"]) if s["market"] == "spot" else None)
-        for _, s in sorted(first_of_attempt.items())
-    ]
-    # one of the simulator's answers deciding every second, as this controller does: spot in zone 2,
-    # then on-demand and spot in zone 1, or wait for spot in zone 1 (never on-demand twice, never
-    # ending on on-demand while zone 1 has spot and the slack allows the move)
-    assert tuple(controller) in local_answers(), doc["segments"]
+    started = parse_iso(str(doc["submitted_at"]))  # the local market plays the traces from submission
+    ran = [(s["market"], s["zone"] if s["market"] == "spot" else None, parse_iso(str(s["started_at"])))
+           for _, s in sorted(first_of_attempt.items())]  # fmt: skip
+    assert ran[0][:2] == ("spot", ZONES[1]), doc["segments"]  # the one zone with spot at the start
+    for _, zone, at in ran:  # spot only where the trace has it when placed (at the tick's time)
+        if zone is not None:
+            assert _traces()[ZONES.index(zone), _tick_at(started, at)] >= 1, doc["segments"]
+    assert len(ran) >= 2 and ran[-1][:2] in {("spot", ZONES[0]), ("on-demand", None)}, doc["segments"]
+
+
+def _tick_at(start: datetime, at: datetime) -> int:
+    return min(int((at - start).total_seconds() / TICK_S), int(_traces().shape[1]) - 1)
+
+
+def _trace_files(folder: Path) -> list[str]:
+    files = []
+    for zone, row in zip(ZONES, _traces(), strict=True):
+        path = folder / f"{zone}.json"
+        path.write_text(json.dumps({"metadata": {"gap_seconds": GAP_S}, "data": row.tolist()}))
+        files += ["--spot-trace", f"{zone}={path}"]
+    return files
+
+
+def _job_yaml(command: str) -> str:
+    return (
+        f"command: {command}\n"
+        f"market: {{zones: [{', '.join(ZONES)}], changeover: {CHANGEOVER_TICKS * TICK_S:g}s}}\n"
+        f"goals: {{deadline: {DEADLINE_TICKS * TICK_S:g}s, compute_hours: {WORK_TICKS * TICK_S / 3600}}}\n"
+        f"checkpoint: {{notice_grace_seconds: {NOTICE_GRACE_S}}}\n"
+    )
+
+
+class _TraceWorld(SimulatedBackend):
+    """The local backend's market on the test kit's simulated world: spot capacity as
+    :class:`LocalBackend` plays the job's traces (its ``spot_capacity``), reclaims with a notice as its
+    ``tick`` does, nodes that start in one round and train one step a round (no processes)."""
+
+    name = "local"
+
+    def __init__(self, clock: FakeClock, store: JobStore) -> None:
+        super().__init__(clock)
+        self.local = LocalBackend(store)
+
+    def own_placements(self, spec: JobSpec) -> OwnPlacements | None:
+        return None  # the built-in catalog's V100 prices, as the local backend
+
+    def spot_capacity(self, job_id: str, zone: str, now: datetime) -> int | None:
+        return self.local.spot_capacity(job_id, zone, now)
+
+    def tick(
+        self, job_id: str, attempt: int, node_ids: Sequence[str], spot: bool, grace_s: float, now: datetime
+    ) -> None:
+        placement = self.local.store.attempt_placement(job_id, attempt) or {}
+        capacity = self.spot_capacity(job_id, str(placement.get("zone", "")), now) if spot else None
+        alive = [n for n in node_ids if n in self.nodes and not self.nodes[n].phase.ended]
+        for node_id in alive[capacity:] if capacity is not None else ():
+            self.nodes[node_id].notice_at = self.nodes[node_id].notice_at or now
+            self.nodes[node_id].stopping = True
+
+
+def _decide_locally_on_a_fake_clock(home: Path) -> list[tuple[str, str | None]]:
+    """The scenario through the local controller's tick (:class:`Driver`, the SQL store) on a FakeClock
+    moved a second a round: its decisions (market, zone of each attempt)."""
+    home.mkdir(parents=True)
+    clock = FakeClock(datetime(2026, 1, 5, tzinfo=UTC))
+    store = JobStore(home / "gpuctl")
+    spec = load_spec_text(f"name: parity\n{_job_yaml('train.py')}", now=clock.now())
+    zone_traces = dict(f.split("=", 1) for f in _trace_files(home)[1::2])
+    options = {"market": SimulatedMarket.options(speedup=SPEEDUP, zone_traces=zone_traces)}
+    deadline = parse_deadline(spec.goals.deadline, clock.now()) if spec.goals.deadline else None
+    job = store.create_job(name="parity", user="u", team="t", backend="local", spec_json=spec.model_dump_json(),
+                           deadline=deadline, now=clock.now(), options=options)  # fmt: skip
+    world = _TraceWorld(clock, store)
+    world.script(job.id, SimScript(steps=int(WORK_TICKS * TICK_S)))
+    driver = Driver(store, world)
+    for _ in range(int(2 * DEADLINE_TICKS * TICK_S)):
+        clock.advance(1.0)
+        world.advance()
+        driver.tick(job.id, clock.now())
+        if store.job(job.id).status.terminal:
+            break
+    state = load_state(store, job.id)
+    assert state.status is JobStatus.SUCCEEDED, state
+    assert max(s.ended_at or s.started_at for s in state.segments) <= job.submitted_at + timedelta(
+        seconds=DEADLINE_TICKS * TICK_S
+    )
+    first: dict[int, tuple[str, str | None]] = {}
+    for seg in state.segments:
+        where = seg.placement
+        first.setdefault(seg.attempt, (str(where.market), where.zone if where.market == "spot" else None))
+    return [first[a] for a in sorted(first)]
 
 
 # --- the same scenario on Kubernetes: the real operator on the simulated cluster ------------------

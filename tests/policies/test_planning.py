@@ -9,7 +9,6 @@ import pytest
 
 from orchestrator.policies import planner
 from orchestrator.policies.context import MarketContext, ZoneHistory
-from orchestrator.policies.market import market_policy
 from orchestrator.policies.planning import PlanAheadPolicy
 
 
@@ -33,7 +32,8 @@ def ctx(
 
 
 def decide(c: MarketContext) -> tuple[str | None, str | None]:
-    d = market_policy("plan-ahead").decide(c)
+    """The plan's own decision (no corridor around uniform progress: tests/policies/test_guard.py)."""
+    d = PlanAheadPolicy(lag_share=math.inf).decide(c)
     return d.market, d.zone
 
 

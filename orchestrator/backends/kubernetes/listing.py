@@ -2,7 +2,8 @@
 lists shared by the passes, and the status each GPUJob was last written with.
 
 Listings: one LIST for every GPUJob of a namespace (its gpuctl pods) and one for the cluster (its
-nodes), instead of one of each per pass.
+nodes, and its Karpenter NodePools: :mod:`orchestrator.backends.kubernetes.cluster_zones`), instead of
+one of each per pass.
 
 A listing is fetched again when a pass asks for one it has already read, or one older than its own
 last writes: so every pass sees the pods and nodes as listed after its job's previous pass began, and
@@ -18,6 +19,7 @@ different jobs in parallel)."""
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -25,9 +27,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.backends.kubernetes import client
+from orchestrator.backends.kubernetes.cluster_zones import is_gpu_node, node_summary
 from orchestrator.backends.kubernetes.manifests import LABEL_JOB, job_label
 
 NODES = "nodes"
+NODE_POOLS = "nodepools"
 
 passes: Counter[str] = Counter()
 """Passes begun in this process, by ``NAMESPACE/NAME`` (:meth:`ClusterView.begin`): what the testing kit
@@ -51,6 +55,11 @@ class ClusterView:
         """(listing, job) -> the listing the job's next read must be newer than."""
         self._statuses: dict[str, dict[str, Any]] = {}
         """Job -> the status its last pass wrote (taken away when a pass begins)."""
+        self._seen_nodes: dict[str, dict[str, Any]] = {}
+        """What the GPU nodes listed since the operator started told of their zones and markets."""
+        self._this_pass: dict[tuple[str, str], Any] = {}
+        """(cluster-wide listing, job) -> what the job's current pass read of it (a pass reads the nodes
+        for its zones and for its pods: one listing serves both)."""
 
     def begin(self, name: str, namespace: str) -> dict[str, Any] | None:
         """A pass of the job begins: counted, and the status its previous pass wrote (``None``: not
@@ -58,6 +67,8 @@ class ClusterView:
         job = f"{namespace}/{name}"
         with self._lock:
             passes[job] += 1
+            for key in (NODES, NODE_POOLS):
+                self._this_pass.pop((key, job), None)
             return self._statuses.pop(job, None)
 
     def wrote_status(self, name: str, namespace: str, status: Mapping[str, Any]) -> None:
@@ -71,6 +82,8 @@ class ClusterView:
             self._listings.clear()
             self._needs.clear()
             self._statuses.clear()
+            self._seen_nodes.clear()
+            self._this_pass.clear()
 
     def job_pods(self, name: str, namespace: str, owner_uid: str, api: Any) -> list[dict[str, Any]]:
         """The GPUJob's pods (:func:`client.belongs_to`), from its namespace's shared listing."""
@@ -81,10 +94,37 @@ class ClusterView:
         mine = [p for p in pods if (p["metadata"].get("labels") or {}).get(LABEL_JOB) == label]
         return [p for p in mine if client.belongs_to(p, name, owner_uid)]
 
+    def nodes(self, name: str, namespace: str, api: Any) -> list[dict[str, Any]] | None:
+        """The cluster's nodes (``None``: this account may not list nodes), shared by all jobs."""
+        nodes: list[dict[str, Any]] | None = self._read_in_pass(
+            NODES, f"{namespace}/{name}", lambda: client.list_nodes(api)
+        )
+        return nodes
+
+    def nodes_seen(self, name: str, namespace: str, api: Any) -> list[dict[str, Any]] | None:
+        """The cluster's GPU nodes as listed now and since the operator started (:func:`node_summary`:
+        their zone, region, market and GPU labels; one each). A zone whose spot nodes were all reclaimed
+        is still one of the cluster's (node groups scale to zero); ``None``: nodes not listable."""
+        nodes = self.nodes(name, namespace, api)
+        if nodes is None:
+            return None
+        with self._lock:
+            for node in nodes:
+                if is_gpu_node(node):
+                    summary = node_summary(node)
+                    self._seen_nodes.setdefault(json.dumps(summary, sort_keys=True), summary)
+            return list(self._seen_nodes.values())
+
     def node_names(self, name: str, namespace: str, api: Any) -> set[str] | None:
-        """The cluster's node names (``None``: this account may not list nodes), shared by all jobs."""
-        names: set[str] | None = self._read(NODES, f"{namespace}/{name}", lambda: client.list_node_names(api))
-        return names
+        """The names of :meth:`nodes`."""
+        return client.node_names(self.nodes(name, namespace, api))
+
+    def node_pools(self, name: str, namespace: str, api: Any) -> list[dict[str, Any]]:
+        """The cluster's Karpenter NodePools (none without the CRD), shared by all jobs as the nodes are."""
+        pools: list[dict[str, Any]] = self._read_in_pass(
+            NODE_POOLS, f"{namespace}/{name}", lambda: client.list_node_pools(api)
+        )
+        return pools
 
     def wrote(self, name: str, namespace: str) -> None:
         """The job created or deleted pods: its next read lists them again."""
@@ -98,6 +138,16 @@ class ClusterView:
             for key in [k for k in self._needs if k[1] == job]:
                 del self._needs[key]
             self._statuses.pop(job, None)
+
+    def _read_in_pass(self, key: str, job: str, fetch: Callable[[], Any]) -> Any:
+        """:meth:`_read`, once per pass of the job: its later reads in the same pass get the same items."""
+        with self._lock:
+            if (key, job) in self._this_pass:
+                return self._this_pass[key, job]
+        items = self._read(key, job, fetch)
+        with self._lock:
+            self._this_pass[key, job] = items
+        return items
 
     def _read(self, key: str, job: str, fetch: Callable[[], Any]) -> Any:
         with self._lock:

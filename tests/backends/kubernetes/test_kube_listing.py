@@ -32,18 +32,23 @@ class Cluster:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.pods: list[dict[str, Any]] = []
         self.nodes = {"n1"}
-        self.pod_lists = self.node_lists = 0
+        self.pod_lists = self.node_lists = self.pool_lists = 0
         monkeypatch.setattr(client, "list_gpuctl_pods", self.list_pods)
-        monkeypatch.setattr(client, "list_node_names", self.list_nodes)
+        monkeypatch.setattr(client, "list_nodes", self.list_nodes)
+        monkeypatch.setattr(client, "list_node_pools", self.list_pools)
 
     def list_pods(self, namespace: str, api: Any) -> list[dict[str, Any]]:
         assert namespace == "ns"
         self.pod_lists += 1
         return list(self.pods)
 
-    def list_nodes(self, api: Any) -> set[str]:
+    def list_nodes(self, api: Any) -> list[dict[str, Any]]:
         self.node_lists += 1
-        return set(self.nodes)
+        return [{"metadata": {"name": n}} for n in sorted(self.nodes)]
+
+    def list_pools(self, api: Any) -> list[dict[str, Any]]:
+        self.pool_lists += 1
+        return [{"metadata": {"name": "gpu"}}]
 
 
 def names(pods: list[dict[str, Any]]) -> list[str]:
@@ -54,12 +59,17 @@ def test_one_listing_serves_every_job_once(monkeypatch: pytest.MonkeyPatch) -> N
     cluster, view = Cluster(monkeypatch), ClusterView()
     cluster.pods = [pod("a", "a-0", "ua"), pod("b", "b-0", "ub"), pod("b", "b-x", "other-gpujob")]
     for _ in range(3):  # three rounds of passes of a and b
+        for job in ("a", "b"):
+            view.begin(job, "ns")  # a pass begins (what the operator's handlers do first)
         assert names(view.job_pods("a", "ns", "ua", None)) == ["a-0"]
         assert names(view.job_pods("b", "ns", "ub", None)) == ["b-0"]  # owned by that GPUJob only
         assert view.node_names("a", "ns", None) == view.node_names("b", "ns", None) == {"n1"}
-    assert (cluster.pod_lists, cluster.node_lists) == (3, 3)  # one per round, not one per pass
+        assert view.node_pools("a", "ns", None) == view.node_pools("b", "ns", None) != []
+    assert (cluster.pod_lists, cluster.node_lists, cluster.pool_lists) == (3, 3, 3)  # one per round
     cluster.nodes = {"n2"}
-    assert view.node_names("a", "ns", None) == {"n2"}  # a read its listing: the next one is new
+    assert view.node_names("a", "ns", None) == {"n1"}  # the same pass: the listing it read
+    view.begin("a", "ns")
+    assert view.node_names("a", "ns", None) == {"n2"}  # a read its listing: its next pass lists anew
 
 
 def test_a_job_sees_its_own_writes(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -305,7 +305,7 @@ async def test_pushed_records_reach_the_status_without_log_reads(cluster: Simula
 async def test_a_steady_pass_costs_one_request(cluster: SimulatedKubeCluster) -> None:
     """Passes as the operator runs them: given the GPUJob as kopf's watch has it, sharing the pod and
     node listings. A steady pass makes one request, its status patch (none when nothing is new); the
-    pods and the nodes are one LIST each per round of passes; a copy of the GPUJob older than the
+    pods, the nodes and the Karpenter NodePools are one LIST each per round of passes; a copy of the GPUJob older than the
     status the operator wrote is read again."""
     server, view = serve(), ClusterView()
     try:
@@ -332,6 +332,7 @@ async def test_a_steady_pass_costs_one_request(cluster: SimulatedKubeCluster) ->
             assert spent == {
                 "LIST pods": 1,
                 "LIST nodes": 1,
+                "LIST nodepools": 1,
                 **({"PATCH gpujobs/status": 3} if patches else {}),
             }
         assert [(await job.status())["progress"]["step"] for job in jobs] == [3, 3, 3]
