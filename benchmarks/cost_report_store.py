@@ -30,8 +30,11 @@ GPUS = [("T4", 0.526, 0.16), ("V100", 3.06, 0.92), ("A10G", 1.006, 0.40), ("A100
 
 
 def build_store(home: Path, n_jobs: int, n_segments: int, n_steps: int, seed: int, now: datetime) -> None:
+    from sqlalchemy import insert, update
+
     from orchestrator.state.status import JobStatus
     from orchestrator.state.store import JobStore
+    from orchestrator.state.tables import jobs, segments
 
     rng = random.Random(seed)
     store = JobStore(home)
@@ -49,14 +52,11 @@ def build_store(home: Path, n_jobs: int, n_segments: int, n_steps: int, seed: in
                          "built-in list prices", "preempted"))  # fmt: skip
             t = end + timedelta(minutes=1)
         with store.transaction() as conn:
-            conn.executemany(
-                "INSERT INTO segments (job_id, attempt, gpu_type, instance_type, market, cloud, region, zone,"
-                " nodes, gpus_per_node, started_at, ended_at, node_price_usd_per_hour,"
-                " on_demand_node_price_usd_per_hour, price_source, end_reason)"
-                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                rows,
-            )
-            conn.execute("UPDATE jobs SET status = ? WHERE id = ?", (JobStatus.SUCCEEDED, job.id))
+            names = ("job_id", "attempt", "gpu_type", "instance_type", "market", "cloud", "region", "zone",
+                     "nodes", "gpus_per_node", "started_at", "ended_at", "node_price_usd_per_hour",
+                     "on_demand_node_price_usd_per_hour", "price_source", "end_reason")  # fmt: skip
+            conn.execute(insert(segments), [dict(zip(names, row, strict=True)) for row in rows])
+            conn.execute(update(jobs).where(jobs.c.id == job.id).values(status=str(JobStatus.SUCCEEDED)))
         wait = rng.uniform(0.0, 0.6)
         lines = [json.dumps({"step": s, "total_steps": n_steps, "time": (start + timedelta(seconds=s)).isoformat(),
                              "data_s": wait, "compute_s": 1.0 - wait}) for s in range(1, n_steps + 1)]  # fmt: skip

@@ -17,6 +17,7 @@ from orchestrator.costs.avoidable import (
     FixShare,
     JobAvoidable,
     JobFixes,
+    JobProgress,
     Tuned,
     month_spend,
     price,
@@ -29,7 +30,8 @@ from orchestrator.errors import GpuctlError
 from orchestrator.monitor.diagnosis import Finding, GpuCandidate
 from orchestrator.state.forecast import forecast
 from orchestrator.state.job_dir import JobDir
-from orchestrator.state.records import JobRecord, SegmentRecord
+from orchestrator.state.ledger_read import read_segments
+from orchestrator.state.records import JobRecord, SegmentRecord, segment_hours
 from orchestrator.state.row_check import DamagedRow
 from orchestrator.state.state_rows import load_state
 from orchestrator.state.status import JobStatus
@@ -68,11 +70,14 @@ def gpu_context(gpu_type: str | None) -> tuple[float | None, list[GpuCandidate]]
         return None, []
 
 
-def job_windows(store: JobStore, job_id: str) -> list[dict[str, Any]]:
-    """The job's stored monitor windows, else those of its summary files."""
+def job_windows(
+    store: JobStore, job_id: str, stored: list[dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
+    """The job's stored monitor windows (``stored``: when the caller read them), else those of its
+    summary files."""
     from orchestrator.monitor.summary import read_summaries
 
-    stored = UsageStore(store).windows(job_id)
+    stored = UsageStore(store).windows(job_id) if stored is None else stored
     if stored:
         return stored
     return [w for f in sorted(store.job_dir(job_id).glob(SUMMARY_GLOB)) for w in read_summaries(f)]
@@ -90,6 +95,14 @@ def to_finish(store: JobStore, job: JobRecord, now: datetime) -> tuple[float | N
     except DamagedRow:
         return None, None
     return (None, None) if found is None else (found.cost_to_finish_usd, found.hourly_usd)
+
+
+def runs_by_key(jobs: Sequence[JobRecord]) -> dict[tuple[str, str], list[JobRecord]]:
+    """The stored jobs by (name, team), in the order given."""
+    runs: dict[tuple[str, str], list[JobRecord]] = {}
+    for job in jobs:
+        runs.setdefault((job.name, job.team), []).append(job)
+    return runs
 
 
 @dataclass
@@ -110,9 +123,7 @@ class Measured:
 
         key = (job.name, job.team)
         if self.runs is None:
-            self.runs = {}
-            for other in store.list_jobs():
-                self.runs.setdefault((other.name, other.team), []).append(other)
+            self.runs = runs_by_key(store.list_jobs())
         runs = self.runs.get(key, [])
         if [r.id for r in runs] in ([], [job.id]) and len({s.gpu_type for s in segments}) <= 1:
             return ()  # one run on one GPU type: the right-size policy has no other type to move to
@@ -185,14 +196,38 @@ def diagnose_job(
     ``windows`` and ``progress``: other monitor windows and progress file than the job's own)."""
     now = now or datetime.now(UTC)
     segments = store.segments(job.id) if segments is None else segments  # all of the job's, when given
+    findings, fixes, read = job_findings(store, job, now, segments, gpu_type, gpu_memory_gib,
+                                         job_windows(store, job.id) if windows is None else windows,
+                                         progress, cache)  # fmt: skip
+    saved = saved_by_tuning(read.tuned, segments, now)
+    remaining, hourly = to_finish(store, job, now)
+    priced = price(job.id, job.team, fixes, month_spend(segments, now), remaining, saved, hourly)
+    return Diagnosed(findings, priced, read.tuned, read.lost)
+
+
+def job_findings(
+    store: JobStore,
+    job: JobRecord,
+    now: datetime,
+    segments: list[SegmentRecord],
+    gpu_type: str | None,
+    gpu_memory_gib: float | None,
+    windows: list[dict[str, Any]],
+    progress: Path | None = None,
+    cache: Measured | None = None,
+) -> tuple[list[Finding], JobFixes, JobProgress]:
+    """A stored job's findings, their fixes (unpriced) and its progress file as the diagnosis read it
+    (``segments``: all of the job's; ``windows``: its monitor windows; the rest as :func:`diagnose_job`)."""
     gpu_type = gpu_type or (segments[-1].gpu_type if segments else None)
     memory, candidates = gpu_context(gpu_type) if cache is None else cache.gpu_context(gpu_type)
     extra = rightsize_fix(store, job, gpu_type, now, cache, segments)
-    gpu_hours = sum(s.hours(now) * s.gpus for s in segments)
+    gpu_hours = sum(  # SegmentRecord.hours(now) * .gpus, inline: a report adds up every segment
+        segment_hours(s.started_at, s.ended_at, now) * (s.nodes * s.gpus_per_node) for s in segments
+    )
     read = read_job_progress(progress or JobDir(store.job_dir(job.id)).progress)
     findings, fixes = read_job_fixes(
         store.job_dir(job.id),
-        job_windows(store, job.id) if windows is None else windows,
+        windows,
         gpu_hours,
         read,
         gpu_memory_gib or memory,
@@ -200,10 +235,7 @@ def diagnose_job(
         (extra,) if extra is not None else (),
         gpu_type,
     )
-    saved = saved_by_tuning(read.tuned, segments, now)
-    remaining, hourly = to_finish(store, job, now)
-    priced = price(job.id, job.team, fixes, month_spend(segments, now), remaining, saved, hourly)
-    return Diagnosed(findings, priced, read.tuned, read.lost)
+    return findings, fixes, read
 
 
 def stored_fixes(
@@ -211,31 +243,35 @@ def stored_fixes(
     now: datetime,
     job_ids: Collection[str] | None = None,
     segments: Sequence[SegmentRecord] | None = None,
+    jobs: Sequence[JobRecord] | None = None,
 ) -> StoredDiagnosis:
     """The fixes, ``tune`` records and lost work of the stored jobs (of ``job_ids`` only, when given:
     the jobs a report covers), for the cost report's avoidable column, top fixes, tuning savings and
     lost work; a job that cannot be read is left out (not measured). ``segments``: every stored
-    segment, when the caller read them all (else each job's are read)."""
+    segment, and ``jobs``: every stored job, when the caller read them (else they are read, in one
+    query each); the monitor windows of every job are read in one query."""
     found = StoredDiagnosis()
-    cache = Measured()
-    by_job: dict[str, list[SegmentRecord]] | None = None
-    if segments is not None:
-        by_job = {}
-        for segment in segments:
-            by_job.setdefault(segment.job_id, []).append(segment)
-    for job in store.list_jobs():
+    jobs = store.list_jobs() if jobs is None else jobs
+    cache = Measured(runs=runs_by_key(jobs))
+    by_job: dict[str, list[SegmentRecord]] = {}
+    ids = [job.id for job in jobs if job_ids is None or job.id in job_ids]  # each job's, in turn
+    for segment in read_segments(store, of_jobs=ids) if segments is None else segments:
+        by_job.setdefault(segment.job_id, []).append(segment)
+    stored = UsageStore(store).every_window()
+    for job in jobs:
         if job_ids is not None and job.id not in job_ids:
             continue
         try:
-            own = None if by_job is None else by_job.get(job.id, [])
-            diagnosed = diagnose_job(store, job, now, cache=cache, segments=own)
+            windows = job_windows(store, job.id, stored.get(job.id, []))
+            _, fixes, read = job_findings(store, job, now, by_job.get(job.id, []), None, None, windows,
+                                          cache=cache)  # fmt: skip
         except (DamagedRow, GpuctlError):
             continue
-        found.fixes[job.id] = diagnosed.avoidable.fixes
-        if diagnosed.tuned:
-            found.tuned[job.id] = diagnosed.tuned
-        if diagnosed.lost is not None:
-            found.lost[job.id] = diagnosed.lost
+        found.fixes[job.id] = fixes
+        if read.tuned:
+            found.tuned[job.id] = read.tuned
+        if read.lost is not None:
+            found.lost[job.id] = read.lost
     return found
 
 

@@ -25,6 +25,7 @@ COMMAND_MODULES = [
     "orchestrator.cli.simulate_cmd",
     "orchestrator.cli.slurm_cmd",
     "orchestrator.cli.completion_cmd",
+    "orchestrator.cli.db_cmd",
     "orchestrator.dashboard.command",
 ]
 

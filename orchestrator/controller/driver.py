@@ -16,10 +16,12 @@ the controller at any instant loses nothing and launches nothing twice.
 from __future__ import annotations
 
 import logging
-import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any, assert_never
+
+from sqlalchemy import Connection
 
 from orchestrator.backends.base import Backend, LaunchRequest
 from orchestrator.controller import engine, host
@@ -29,6 +31,8 @@ from orchestrator.controller.market_choice import MarketView, ZoneMarket
 from orchestrator.controller.measurements import gpu_measurements, monitor_usage
 from orchestrator.controller.placement import Candidates, candidates_for
 from orchestrator.controller.reconcile import JobView
+from orchestrator.controller.user_ledger import UserLedger
+from orchestrator.costs.budgets import CostConfig
 from orchestrator.errors import SpecError
 from orchestrator.notify import JobRef, Notification, NotifyConfig, addressed, enqueue, notifications_for
 from orchestrator.policies import GpuMeasurement
@@ -42,7 +46,7 @@ from orchestrator.state.job_state import JobState, NodeLaunch, ZoneMemory
 from orchestrator.state.records import JobRecord
 from orchestrator.state.state_rows import load_state, save_state
 from orchestrator.state.status import FailureReason, JobStatus
-from orchestrator.state.store import JobStore
+from orchestrator.state.store import JobRows, JobStore
 from orchestrator.state.usage import UsageStore
 from orchestrator.state.zone_watch import ZoneWatch
 
@@ -63,21 +67,42 @@ class Driver:
         backend: Backend,
         notify: NotifyConfig | None = None,
         on_notify: Callable[[], None] | None = None,
+        costs: CostConfig | None = None,
     ) -> None:
         self.store = store
         self.backend = backend
         self.notify = notify or NotifyConfig()
         self.on_notify = on_notify
+        self.users = UserLedger(store, costs or CostConfig())
+        """Where each job's user stands against its limits (``costs``: the controller config's budgets)."""
         self._candidates: dict[tuple[str, str | None], Candidates] = {}
+        self.zone_watch = ZoneWatch(store)
+        """The market log, written once per zone for all the jobs ticked together
+        (:data:`~orchestrator.state.zone_watch.REWRITE_S`)."""
         self._market_logs: dict[str, MarketLog] = {}
         """Job id -> its kept market log (read from the store once; it never changes)."""
         self.draining: dict[str, bool] = {}
         """Job id -> nodes the controller has ended still run (seen at the job's last tick)."""
+        self.fence: Callable[[Connection, str], None] | None = None
+        """Run first in each write transaction of a job's tick (the controller's lease check,
+        :mod:`orchestrator.controller.leases`): raising rolls the write back, and no effect follows."""
+
+    @contextmanager
+    def _write(self, job_id: str) -> Iterator[Connection]:
+        """A write transaction of ``job_id``'s tick, fenced by :attr:`fence`."""
+        with self.store.transaction() as conn:
+            if self.fence is not None:
+                self.fence(conn, job_id)
+            yield conn
 
     def tick(self, job_id: str, now: datetime | None = None) -> list[Action]:
         """One tick of one job (:func:`host.run_tick`). Returns the actions applied (for tests and logs)."""
-        now = now or datetime.now(UTC)
-        job = self.store.job(job_id)
+        with self.store.pinned():  # one connection for the tick's dozen reads and its transaction
+            return self._tick(job_id, now or datetime.now(UTC))
+
+    def _tick(self, job_id: str, now: datetime) -> list[Action]:
+        rows = self.store.job_rows(job_id)  # the row, options, cancel request and placement at once
+        job = rows.record if rows is not None else self.store.job(job_id)
         try:
             spec = stored_spec(job)
         except SpecError:
@@ -86,7 +111,9 @@ class Driver:
             self._stop_ended_nodes(job, load_state(self.store, job.id), _DEFAULT_GRACE_S)
             return []  # already ended for it: only stop leftovers
         UsageStore(self.store).ingest(job.id, now)  # new GPU monitor window summaries of the job's nodes
-        tick = host.run_tick(SqlJob(self, job, spec), now)
+        tick = host.run_tick(SqlJob(self, job, spec, rows), now)
+        if tick.actions:
+            self.users.changed()
         self.draining[job.id] = tick.view.draining
         return list(tick.actions)
 
@@ -106,7 +133,7 @@ class Driver:
         applied = host.fail(state, job.id, reason, message, now, grace)
         mode = spec.market.mode if spec is not None else MarketMode.SPOT_WITH_FALLBACK
         notes = notifications_for(_ref(job), mode, state, applied.state, applied.events, now)
-        with self.store.transaction() as conn:
+        with self._write(job.id) as conn:
             save_state(conn, job.id, state, applied.state, applied.events, now)
             notified = self._enqueue(conn, job, spec, notes, now)
         self._notified(notified)
@@ -136,7 +163,10 @@ class Driver:
         return state
 
     # --- 1. what the backend and the store say of the job now -----------------------------------
-    def _observe(self, job: JobRecord, state: JobState, spec: JobSpec, now: datetime) -> host.Observation:
+    def _observe(
+        self, job: JobRecord, state: JobState, spec: JobSpec, now: datetime, cancel: bool | None = None
+    ) -> host.Observation:
+        """``cancel``: whether a cancel was requested, when the tick has read it (None: read it now)."""
         active_ids = [n.node_id for n in state.attempt_nodes if n.launch is not NodeLaunch.ENDED]
         observation = self.backend.observe(job.id, state.attempt, active_ids) if state.attempt else None
         ended_ids = list(state.node_ids(NodeLaunch.ENDED))
@@ -166,7 +196,8 @@ class Driver:
             else self.backend.spot_capacity(job.id, zone, now),
             measurements=measurements,
             gpu=UsageStore(self.store).activity(job.id) if running else None,
-            cancel_requested=self.store.cancel_requested(job.id),
+            cancel_requested=self.store.cancel_requested(job.id) if cancel is None else cancel,
+            user=self.users.standing(job, now),
         )
 
     def _market_view(
@@ -195,7 +226,7 @@ class Driver:
         if not state.status.terminal:
             up = {z.zone: (z.capacity is None or z.capacity >= spec.resources.min_nodes) for z in zones}
             memory, tick_h = host.watched(kept, up, now)
-            ZoneWatch(self.store).record({z.zone: z.capacity for z in zones}, now)
+            self.zone_watch.record({z.zone: z.capacity for z in zones}, now)
         run_h = run_hours(state.segments, spec, now)
         market = MarketView(zones, found.on_demand, host.zone_history(memory), tick_h, run_h, market_log=log)
         return market, memory if memory is not kept else None
@@ -208,7 +239,7 @@ class Driver:
         controller reads the same)."""
         if job.id in self._market_logs:
             return self._market_logs[job.id]
-        watch = ZoneWatch(self.store)
+        watch = self.zone_watch
         kept = watch.job_log(job.id)
         if kept is None and zones and build:
             names = [z.zone for z in zones]
@@ -226,14 +257,14 @@ class Driver:
     def _persist(self, job: JobRecord, spec: JobSpec, tick: host.Tick, now: datetime) -> None:
         if not tick.changed:
             return
-        with self.store.transaction() as conn:
+        with self._write(job.id) as conn:
             save_state(conn, job.id, tick.loaded, tick.state, tick.events, now)
             notified = self._enqueue(conn, job, spec, tick.notifications, now)
         self._notified(notified)
 
     def _enqueue(
         self,
-        conn: sqlite3.Connection,
+        conn: Connection,
         job: JobRecord,
         spec: JobSpec | None,
         notes: Sequence[Notification],
@@ -282,9 +313,12 @@ class Driver:
             attempt_nodes=len(state.attempt_nodes),
             deadline=job.deadline,
         )
+        if self.fence is not None:  # a controller that lost the job starts none of its nodes
+            with self._write(job.id):
+                pass
         self.backend.launch(request)
         launched = engine.mark_launched(state, node_ids)
-        with self.store.transaction() as conn:
+        with self._write(job.id) as conn:
             save_state(conn, job.id, state, launched, [], datetime.now(UTC))
         return launched
 
@@ -300,22 +334,26 @@ class SqlJob:
     """One job of the SQL store on the driver's backend: the host's :class:`~host.JobSide` for local
     and SLURM."""
 
-    def __init__(self, driver: Driver, job: JobRecord, spec: JobSpec) -> None:
+    def __init__(self, driver: Driver, job: JobRecord, spec: JobSpec, rows: JobRows | None = None) -> None:
         self.driver, self.job, self.spec = driver, job, spec
         self.job_id = job.id
         self.submitted_at = job.submitted_at
         self.ref = _ref(job)
         self.max_passes = 1
         """One reconcile per tick: the local and SLURM controllers tick every few seconds."""
+        self._record: JobRecord | JobRows | None = rows if rows is not None and rows.record is job else job
+        """The job's rows as the tick began, for its first load (read once, not twice)."""
+        self._cancel = rows.cancel_requested if rows is not None else None
 
     def load(self) -> JobState:
-        return load_state(self.driver.store, self.job.id)
+        record, self._record = self._record, None
+        return load_state(self.driver.store, self.job.id, record)
 
     def finish_interrupted(self, state: JobState, now: datetime) -> JobState:
         return self.driver._finish_interrupted(self.job, state, self.spec, now)
 
     def observe(self, state: JobState, now: datetime) -> host.Observation:
-        return self.driver._observe(self.job, state, self.spec, now)
+        return self.driver._observe(self.job, state, self.spec, now, self._cancel)
 
     def persist(self, tick: host.Tick, now: datetime) -> None:
         self.driver._persist(self.job, self.spec, tick, now)

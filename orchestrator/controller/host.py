@@ -25,12 +25,15 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
+from sqlalchemy.exc import OperationalError
+
 from orchestrator.backends.base import NodeObservation, NodePhase, Placement, Progress
 from orchestrator.controller import actions as act
 from orchestrator.controller import engine
 from orchestrator.controller.admission import Refused
 from orchestrator.controller.market_choice import MarketView, changeover_hours
 from orchestrator.controller.reconcile import JobView, reconcile_and_explain
+from orchestrator.costs.user_limits import UserStanding
 from orchestrator.errors import GpuctlError, InternalError, SpecError
 from orchestrator.notify import JobRef, Notification, notifications_for
 from orchestrator.policies import GpuMeasurement, ZoneHistory
@@ -68,6 +71,8 @@ class Observation:
     measurements: tuple[GpuMeasurement, ...] = ()
     gpu: GpuActivity | None = None
     cancel_requested: bool = False
+    user: UserStanding | None = None
+    """Where the job's user stands against its limits (None: the user has none)."""
 
 
 @dataclass(frozen=True)
@@ -209,6 +214,7 @@ def build_view(
         watch=state.watch,
         gpu=seen.gpu if state.status is JobStatus.RUNNING else None,
         waiting=state.waiting,
+        user=seen.user,
     )
 
 
@@ -268,6 +274,10 @@ def refuse(state: JobState, job_id: str, refused: Refused, now: datetime) -> eng
     return engine.apply([action], state, job_id, (), now)
 
 
+DatabaseDown = sqlite3.OperationalError | OperationalError
+"""A database that could not be used this time (locked, unreachable): the next tick retries."""
+
+
 def permanent_failure(exc: BaseException) -> FailureReason | None:
     """The failure reason when ``exc`` is an error in the job itself (its spec, or data gpuctl's code
     cannot handle: a bug); None for a fault around it (the store, the backend, the network), which the
@@ -276,7 +286,7 @@ def permanent_failure(exc: BaseException) -> FailureReason | None:
         return FailureReason.INVALID_SPEC
     if isinstance(exc, InternalError):
         return FailureReason.INTERNAL_ERROR
-    if isinstance(exc, GpuctlError | OSError | sqlite3.OperationalError | subprocess.SubprocessError):
+    if isinstance(exc, GpuctlError | OSError | DatabaseDown | subprocess.SubprocessError):
         return None
     return FailureReason.INTERNAL_ERROR
 

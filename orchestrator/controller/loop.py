@@ -5,6 +5,9 @@ One controller per gpuctl home and backend holds its lock (an exclusive ``flock`
 submit`` runs one in the foreground when none is running; ``gpuctl controller run`` is the
 background form (on a SLURM login node, ``gpuctl controller run --backend slurm``).
 The lock dies with the process, so a controller killed with -9 is replaced by simply starting another.
+On a shared database (PostgreSQL) any number of controllers run, on one machine or several: each
+ticks only the jobs whose lease it holds (:mod:`orchestrator.controller.leases`), and takes over the
+jobs of one that died once their leases run out.
 :func:`controller_running` asks whether a live controller holds it (what ``gpuctl list`` and
 ``status`` show as ``managed``). An attached ``submit`` interrupted with Ctrl-C hands its lock, held,
 to the background controller it starts (:func:`spawn_background_controller` with ``lock``): the
@@ -27,7 +30,6 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -36,18 +38,21 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from apscheduler.schedulers.background import BackgroundScheduler
+from sqlalchemy import Connection
 
 from orchestrator.backends.base import Backend
 from orchestrator.backends.secrets import reference_value
 from orchestrator.controller.digest import register_digest_job
 from orchestrator.controller.driver import Driver
 from orchestrator.controller.host import permanent_failure
+from orchestrator.controller.leases import LeaseKeeper, LeaseLost
 from orchestrator.costs.budgets import load_cost_config
 from orchestrator.costs.inputs import read_ledger
 from orchestrator.costs.schedule import register_report_job
 from orchestrator.errors import GpuctlError, SpecError
 from orchestrator.home import PRIVATE_FILE_MODE, open_regular_file
 from orchestrator.notify import DeliveryWorker, Outbox, Pending, RetryPolicy, Sender, load_notify_config
+from orchestrator.state.leases import LEASE_S
 from orchestrator.state.status import FailureReason
 from orchestrator.state.store import JobStore, StoreWrites
 
@@ -164,33 +169,44 @@ class Controller:
         backend: Backend,
         tick_seconds: float = TICK_SECONDS,
         retry: RetryPolicy | None = None,
+        lease_s: float = LEASE_S,
     ) -> None:
         self.store = store
+        self.leases = LeaseKeeper(store, lease_s)
+        """The jobs this controller may tick (:mod:`orchestrator.controller.leases`)."""
         self.notifier = DeliveryWorker(
-            Outbox(store.path, backend.name),
+            Outbox(store.url, backend.name),
             Sender(lambda ref, _note: reference_value(ref, os.environ, store.home)),
             record_notify_failed,
             retry,
         )
-        self.driver = Driver(store, backend, load_notify_config(store.home), self.notifier.wake)
+        costs = load_cost_config(store.home / "config.yaml")  # budgets: per-user limits while jobs run
+        self.driver = Driver(store, backend, load_notify_config(store.home), self.notifier.wake, costs)
+        self.driver.fence = self.leases.fence
         self.backend = backend
         self.tick_seconds = tick_seconds
         self.scheduler = BackgroundScheduler(timezone=UTC)
         self.errors: dict[str, str] = {}
         self.idle = threading.Event()
 
-    def tick_all(self) -> None:
-        now = datetime.now(UTC)
+    def tick_all(self, now: datetime | None = None) -> None:
+        now = now or datetime.now(UTC)
         busy = False
         jobs, damaged = self.store.scan_jobs()
         for damage in damaged:  # not ticked (what it is cannot be read): reported once, until repaired
             self._note_error(damage.job_id, damage, now)
-        for job in jobs:
-            if job.backend != self.backend.name:
-                continue
-            if job.status.terminal and now - job.updated_at > KEEP_TICKING_AFTER_END:
-                continue
-            self.tick_job(job.id, now)
+        due = [
+            job for job in jobs
+            if job.backend == self.backend.name
+            and not (job.status.terminal and now - job.updated_at > KEEP_TICKING_AFTER_END)
+        ]  # fmt: skip
+        held = self._take_leases([job.id for job in due])
+        ours = [job.id for job in due if job.id in held]  # the others: ticked by the controllers holding them
+        for index, job_id in enumerate(ours):
+            if self.leases.stale(job_id):  # a long round: renew the rest of it at once, not job by job
+                self._take_leases(ours[index:])
+            self.tick_job(job_id, now)
+        for job in due:
             # an ended job whose stopped nodes still run (saving a checkpoint) keeps the controller:
             # it must kill them after their grace period and stop the rendezvous, or they would leak
             busy = busy or not job.status.terminal or self.driver.draining.get(job.id, False)
@@ -199,10 +215,25 @@ class Controller:
         else:
             self.idle.set()
 
-    def tick_job(self, job_id: str, now: datetime) -> None:
-        """One job's tick; never raises for an error of that job (see the module's docstring)."""
+    def _take_leases(self, job_ids: list[str]) -> set[str]:
         try:
-            self.driver.tick(job_id, now)
+            return self.leases.take_round(job_ids)
+        except GpuctlError as exc:  # the database is down: no tick could write; the next round retries
+            log.warning("could not take the jobs' leases: %s", exc.message)
+            return set()
+
+    def tick_job(self, job_id: str, now: datetime) -> None:
+        """One job's tick, if this controller holds (or can take) its lease; never raises for an error
+        of that job (see the module's docstring)."""
+        try:
+            if not self.leases.ensure(job_id):
+                return  # another controller holds it
+            with self.leases.ticking(job_id):  # kept while the tick runs, however long its backend calls
+                self.driver.tick(job_id, now)
+        except LeaseLost:  # lost while ticking: nothing of this tick was written
+            self.leases.lost(job_id)
+            log.info("job %s: its lease passed to another controller", job_id)
+            return
         except Exception as exc:  # one job's data must not stop the others
             reason = permanent_failure(exc)
             if reason is None or not self._fail(job_id, reason, exc, now):
@@ -248,6 +279,7 @@ class Controller:
             next_run_time=datetime.now(UTC), id="reconcile",
         )  # fmt: skip
         self._schedule_reports()
+        self.leases.start()
         self.scheduler.start()
         self.notifier.start()
 
@@ -266,9 +298,17 @@ class Controller:
         if self.scheduler.running:
             self.scheduler.shutdown(wait=True)
         self.notifier.stop()
+        self.hand_back()
+
+    def hand_back(self) -> None:
+        """Release the jobs' leases: another controller takes them over at once, not when they run out."""
+        try:
+            self.leases.release()
+        except GpuctlError as exc:
+            log.warning("could not hand back the jobs' leases (they expire by themselves): %s", exc.message)
 
 
-def record_notify_failed(conn: sqlite3.Connection, item: Pending, message: str) -> None:
+def record_notify_failed(conn: Connection, item: Pending, message: str) -> None:
     """An undeliverable notification, as one ``notify_failed`` job event (in the transaction that
     removes it from the outbox)."""
     StoreWrites.event(conn, item.job_id, datetime.now(UTC), "notify_failed", _clip(message, 500))

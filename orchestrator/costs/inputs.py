@@ -18,6 +18,7 @@ from orchestrator.costs.avoidable import JobFixes, Tuned
 from orchestrator.costs.ledger import LostWork
 from orchestrator.costs.projection import costs_to_finish
 from orchestrator.errors import UserError
+from orchestrator.state.ledger_read import read_segments
 from orchestrator.state.records import JobRecord, SegmentRecord
 from orchestrator.state.status import FailureReason, JobStatus
 from orchestrator.state.store import JobStore
@@ -50,6 +51,9 @@ class ReportInputs:
     top fixes; a job not in it was not diagnosed ("not measured"); ``None``: not computed at all."""
     tuned: dict[str, list[Tuned]] = field(default_factory=dict)
     """Job id -> its ``tune`` records (``tune: auto``), for the saving the report credits."""
+    notes: list[str] = field(default_factory=list)
+    """What the source leaves out, said in every format of the report (GPUJobs deleted before a report
+    read from the cluster are missing from it)."""
 
 
 def read_ledger(source: LedgerSource, since: datetime | None = None) -> ReportInputs:
@@ -77,6 +81,21 @@ def stored_usage(store: JobStore) -> tuple[dict[str, float], dict[str, float]]:
     return idle, measured
 
 
+def read_store_ledger(store: JobStore, since: datetime | None = None) -> ReportInputs:
+    """:func:`read_ledger` of the job store, read in bulk: the jobs, the segments and the monitor
+    windows' aggregates in one query each (the same records, and damaged rows noted, as there)."""
+    jobs = list(store.list_jobs())
+    usage = UsageStore(store).every_usage()
+    idle, measured = {}, {}
+    for job in jobs:
+        found = usage.get(job.id)
+        if found is not None and found.measured_gpu_hours > 0:
+            idle[job.id], measured[job.id] = found.idle_gpu_hours, found.measured_gpu_hours
+    to_finish = costs_to_finish(store, datetime.now(UTC), jobs)  # before the segments, as read_ledger
+    return ReportInputs(jobs=jobs, segments=read_segments(store, since), idle=idle, to_finish=to_finish,
+                        measured=measured)  # fmt: skip
+
+
 def _reader(source: object, name: str) -> dict[str, float] | None:
     read = getattr(source, name, None)
     return {str(k): float(v) for k, v in read().items()} if callable(read) else None
@@ -99,6 +118,7 @@ def inputs_to_json(inputs: ReportInputs) -> str:
             "avoidable": None if inputs.fixes is None else {k: v.to_dict() for k, v in inputs.fixes.items()},
             "tuned": {k: [[t.at.isoformat(), t.before_step_s, t.after_step_s] for t in v]
                       for k, v in inputs.tuned.items()},
+            "notes": inputs.notes,
         }
     )  # fmt: skip
 
@@ -139,6 +159,7 @@ def inputs_from_json(text: str, source: str = "ledger export") -> ReportInputs:
             measured={str(k): float(v) for k, v in measured.items()} if measured is not None else None,
             fixes=_fixes(doc.get("avoidable")),
             tuned={str(k): [_tuned(t) for t in v] for k, v in (doc.get("tuned") or {}).items()},
+            notes=[str(n) for n in doc.get("notes") or []],
         )
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError, OverflowError) as exc:
         raise UserError(

@@ -11,6 +11,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import NamedTuple
 
 from orchestrator.errors import UserError
 from orchestrator.state.records import JobRecord, SegmentRecord, segment_cost_usd
@@ -53,9 +54,8 @@ def clipped_hours(seg: SegmentRecord, now: datetime, window: Window | None = Non
     return max(0.0, (end - start).total_seconds() / 3600.0)
 
 
-@dataclass(frozen=True)
-class SegmentCost:
-    """One segment's share of the ledger inside a window."""
+class SegmentCost(NamedTuple):
+    """One segment's share of the ledger inside a window (a tuple: a report makes one per segment)."""
 
     segment: SegmentRecord
     hours: float
@@ -65,7 +65,13 @@ class SegmentCost:
 
 
 def segment_cost(seg: SegmentRecord, now: datetime, window: Window | None = None) -> SegmentCost:
-    hours = clipped_hours(seg, now, window)
+    """``seg``'s hours, GPU-hours, cost and on-demand cost inside ``window`` (:func:`clipped_hours`)."""
+    start, end = seg.started_at, seg.ended_at or now  # clipped_hours, inline: once per segment of a report
+    if window is not None:
+        start = window.start if window.start > start else start
+        end = window.end if window.end < end else end
+    hours = (end - start).total_seconds() / 3600.0
+    hours = hours if hours > 0.0 else 0.0
     return SegmentCost(
         segment=seg,
         hours=hours,
@@ -102,6 +108,10 @@ class JobCost:
     """The GPU-hours (inside the window) that monitor windows cover; ``None``: none were measured."""
     backend: str = ""
     """The job's backend; a ``local`` job's costs are simulated (its nodes stand for cloud instances)."""
+    namespace: str = ""
+    """The Kubernetes namespace of the job ("" for local and SLURM jobs)."""
+    cluster: str = ""
+    """The Kubernetes cluster the job ran on ("" for local and SLURM jobs)."""
 
     @property
     def simulated(self) -> bool:
@@ -243,6 +253,8 @@ def job_costs(
                 parts=tuple(parts),
                 measured_gpu_hours=measured_gh,
                 backend=job.backend,
+                namespace=job.namespace,
+                cluster=job.cluster,
             )
         )
     return out

@@ -1,4 +1,4 @@
-"""The outbox: notifications waiting to be delivered, in SQLite, so that a crash loses none.
+"""The outbox: notifications waiting to be delivered, in the database, so that a crash loses none.
 
 The local and SLURM controllers keep it in the job store (table ``notifications``) and write a tick's
 notifications in the tick's own transaction (:func:`enqueue`): they exist exactly when the state
@@ -13,16 +13,45 @@ The Kubernetes operator keeps its outbox in a file of its own (:meth:`Outbox.sta
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from sqlalchemy import Connection, bindparam, delete, func, insert, select, update
+
 from orchestrator.notify.messages import Notification
 from orchestrator.spec.notify import NotifyTarget
 from orchestrator.state import database
+from orchestrator.state.database_url import sqlite_url
+from orchestrator.state.prepared import Prepared
+from orchestrator.state.tables import notifications
+
+_N = notifications.c
+_WAITING = Prepared(select(func.count()).select_from(notifications).where(_N.job_id == bindparam("job")))
+_ADD = Prepared(insert(notifications))
+_FIRST = notifications.alias("m")
+_DUE = (
+    select(notifications)
+    .where(
+        _N.backend == bindparam("backend"), _N.next_at <= bindparam("now"),
+        _N.id == select(_FIRST.c.id).where(
+            _FIRST.c.backend == _N.backend, _FIRST.c.target_json == _N.target_json,
+            _FIRST.c.next_at <= bindparam("now"),
+        ).order_by(_FIRST.c.next_at, _FIRST.c.id).limit(1).scalar_subquery(),
+    )
+    .order_by(_N.next_at, _N.id)
+    .limit(bindparam("limit"))
+)  # fmt: skip
+_NEXT_DUE = select(func.min(_N.next_at)).where(_N.backend == bindparam("backend"))
+_PENDING = select(func.count()).select_from(notifications).where(_N.backend == bindparam("backend"))
+_DELETE = delete(notifications).where(_N.id == bindparam("b_id"))
+_RETRY = (
+    update(notifications)
+    .where(_N.id == bindparam("b_id"))
+    .values(attempts=_N.attempts + 1, next_at=bindparam("next_at"), last_error=bindparam("last_error"))
+)
 
 MAX_PENDING_PER_JOB = 200
 """A job that keeps raising events (a flapping watchdog) cannot fill the outbox: beyond this many
@@ -46,7 +75,7 @@ def _ts(moment: datetime) -> str:
 
 
 def enqueue(
-    conn: sqlite3.Connection,
+    conn: Connection,
     backend: str,
     items: Sequence[tuple[NotifyTarget, Notification]],
     now: datetime,
@@ -55,28 +84,27 @@ def enqueue(
     :data:`MAX_PENDING_PER_JOB`)."""
     added = 0
     for target, note in items:
-        (waiting,) = conn.execute(
-            "SELECT COUNT(*) FROM notifications WHERE job_id = ?", (note.job,)
-        ).fetchone()
-        if waiting >= MAX_PENDING_PER_JOB:
+        if int(_WAITING.scalar(conn, {"job": note.job})) >= MAX_PENDING_PER_JOB:
             continue
-        conn.execute(
-            "INSERT INTO notifications (job_id, backend, target_json, notification_json, created_at, next_at)"
-            " VALUES (?,?,?,?,?,?)",
-            (note.job, backend, target.model_dump_json(by_alias=True, exclude_none=True),
-             json.dumps(note.to_json()), _ts(now), _ts(now)),
-        )  # fmt: skip
+        _ADD.run(conn, {
+            "job_id": note.job, "backend": backend,
+            "target_json": target.model_dump_json(by_alias=True, exclude_none=True),
+            "notification_json": json.dumps(note.to_json()), "created_at": _ts(now), "next_at": _ts(now),
+        })  # fmt: skip
         added += 1
     return added
 
 
 class Outbox:
-    """The delivery worker's view of one outbox: one SQLite file (connections per thread)."""
+    """The delivery worker's view of one outbox: the job store's database (``location``: its URL), or
+    a SQLite file of its own (a path)."""
 
-    def __init__(self, path: Path, backend: str) -> None:
-        self.path = path
+    def __init__(self, location: str | Path, backend: str) -> None:
+        self.url = sqlite_url(location) if isinstance(location, Path) else location
+        self.path = database.where(self.url)
         self.backend = backend
-        self._connections = database.ThreadConnections(path, read_only=False)
+        self.engine = database.engine_for(self.url)
+        self.connections = database.Connections(self.engine, self.url, self.path)
 
     @classmethod
     def standalone(cls, path: Path, backend: str) -> Outbox:
@@ -84,20 +112,16 @@ class Outbox:
         path.parent.mkdir(parents=True, exist_ok=True)
         outbox = cls(path, backend)
         with outbox.transaction() as conn:
-            for statement in database.OUTBOX_SCHEMA.split(";"):
-                if statement.strip():
-                    conn.execute(statement)
+            notifications.create(conn, checkfirst=True)
         return outbox
 
-    def _connect(self) -> sqlite3.Connection:
-        return self._connections.get()
-
     def close(self) -> None:
-        self._connections.drop()
+        """Close the pooled connections (the next use opens fresh ones)."""
+        self.engine.dispose()
 
     @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
-        with database.write_transaction(self._connect(), self.path, self.close) as conn:
+    def transaction(self) -> Iterator[Connection]:
+        with self.connections.transaction() as conn:
             yield conn
 
     def add(self, items: Sequence[tuple[NotifyTarget, Notification]], now: datetime) -> int:
@@ -110,17 +134,7 @@ class Outbox:
     def due(self, now: datetime, limit: int = 50) -> list[Pending]:
         """The first due notification of each target (a target's notifications are sent in order, one
         at a time: the next is due once the first is sent or waits for a retry), oldest first."""
-        rows = (
-            self._connect()
-            .execute(
-                "SELECT * FROM notifications AS n WHERE backend = ? AND next_at <= ? AND id = ("
-                " SELECT m.id FROM notifications AS m WHERE m.backend = n.backend"
-                " AND m.target_json = n.target_json AND m.next_at <= ? ORDER BY m.next_at, m.id LIMIT 1)"
-                " ORDER BY next_at, id LIMIT ?",
-                (self.backend, _ts(now), _ts(now), limit),
-            )
-            .fetchall()
-        )
+        rows = self.connections.read(_DUE, {"backend": self.backend, "now": _ts(now), "limit": limit})
         return [
             Pending(
                 id=r["id"], job_id=r["job_id"],
@@ -132,38 +146,28 @@ class Outbox:
         ]  # fmt: skip
 
     def next_due(self) -> datetime | None:
-        row = (
-            self._connect()
-            .execute("SELECT MIN(next_at) FROM notifications WHERE backend = ?", (self.backend,))
-            .fetchone()
-        )
-        return datetime.fromisoformat(row[0]) if row and row[0] else None
+        rows = self.connections.read(_NEXT_DUE, {"backend": self.backend})
+        found = next(iter(rows[0].values())) if rows else None
+        return datetime.fromisoformat(found) if found else None
 
     def pending(self) -> int:
-        row = (
-            self._connect()
-            .execute("SELECT COUNT(*) FROM notifications WHERE backend = ?", (self.backend,))
-            .fetchone()
-        )
-        return int(row[0])
+        rows = self.connections.read(_PENDING, {"backend": self.backend})
+        return int(next(iter(rows[0].values())))
 
     def delivered(self, item: Pending) -> None:
         with self.transaction() as conn:
-            conn.execute("DELETE FROM notifications WHERE id = ?", (item.id,))
+            conn.execute(_DELETE, {"b_id": item.id})
 
     def retry_at(self, item: Pending, when: datetime, error: str) -> None:
         with self.transaction() as conn:
-            conn.execute(
-                "UPDATE notifications SET attempts = attempts + 1, next_at = ?, last_error = ? WHERE id = ?",
-                (_ts(when), error[:500], item.id),
-            )
+            conn.execute(_RETRY, {"b_id": item.id, "next_at": _ts(when), "last_error": error[:500]})
 
-    def give_up(self, item: Pending, record: Callable[[sqlite3.Connection], None]) -> bool:
+    def give_up(self, item: Pending, record: Callable[[Connection], None]) -> bool:
         """Remove ``item`` for good and ``record`` the failure in the same transaction (in the job
         store: the ``notify_failed`` event and the removal commit together, so there is exactly one
         event). False when the row was gone already (nothing recorded)."""
         with self.transaction() as conn:
-            if conn.execute("DELETE FROM notifications WHERE id = ?", (item.id,)).rowcount == 0:
+            if conn.execute(_DELETE, {"b_id": item.id}).rowcount == 0:
                 return False
             record(conn)
             return True

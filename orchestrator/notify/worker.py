@@ -14,19 +14,20 @@ Outcomes are written to the outbox by the worker's own thread, never by a sendin
 from __future__ import annotations
 
 import logging
-import sqlite3
 import threading
 import traceback
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+from sqlalchemy import Connection
+
 from orchestrator.notify.outbox import Outbox, Pending
 from orchestrator.notify.senders import DeliveryError, Sender
 
 log = logging.getLogger(__name__)
 
-FailureRecorder = Callable[[sqlite3.Connection, Pending, str], None]
+FailureRecorder = Callable[[Connection, Pending, str], None]
 """Records an undeliverable notification (``message`` is safe to show) inside the outbox's
 transaction that removes it."""
 

@@ -1,154 +1,310 @@
-"""Opening the job store's SQLite file, its schema version, and what SQLite's errors mean to a user.
+"""The job store's database: SQLAlchemy engines on SQLite or PostgreSQL, the schema's Alembic revision,
+and what the engines' errors mean to a user.
 
-* Writers open the file read-write in WAL mode; readers (``gpuctl list``, ``status``, ``events``,
-  ``cost report``) open it with ``mode=ro`` and never take the write lock, so they also work on a
-  read-only home. A WAL database closed cleanly on a read-only file system cannot be opened
-  ``mode=ro`` (SQLite wants to create its ``-shm`` file); with no ``-wal`` file beside it no writer is
-  active and the main file holds every commit, so it is then read as ``immutable``.
-* The schema carries a version (``PRAGMA user_version``) and gpuctl's application id. A database from
-  a newer gpuctl is refused, never used; an older one is upgraded in one transaction by a writer.
-* Every :class:`sqlite3.Error` becomes a :class:`~orchestrator.errors.GpuctlError` that says what
-  happened to which file and what to do (:func:`store_error`).
+* :func:`engine_for` gives one engine per (URL, read-only), kept for the process: a pool of
+  connections, never one opened per query. Connections run in autocommit mode; a write is one
+  explicit transaction (:meth:`Connections.transaction`): ``BEGIN IMMEDIATE`` on SQLite (the write lock is
+  taken at the start, so two writers never deadlock), ``BEGIN`` on PostgreSQL.
+* SQLite files are opened by :mod:`orchestrator.state.sqlite_file` (WAL, foreign keys, the read-only
+  and immutable fallbacks, symlink refusal, gpuctl's application id).
+* The schema is Alembic's (:mod:`orchestrator.state.migrations`). :func:`upgrade_schema` brings a
+  database to :data:`HEAD_REVISION` under a lock (a file lock beside a SQLite file, an advisory lock on
+  PostgreSQL), so processes that start together upgrade it once. A SQLite store of the schema
+  versions from before Alembic (``PRAGMA user_version`` 0 to 3) is stamped at the matching revision and
+  upgraded. A database of a newer revision is refused, never used.
+* Every database error becomes a :class:`~orchestrator.errors.GpuctlError` that says what happened and
+  what to do (:func:`store_error`); a PostgreSQL password never appears in one.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
-import shutil
 import sqlite3
-import stat
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from urllib.request import pathname2url
+from typing import Any, cast
+
+from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.pool import NullPool, QueuePool
 
 from orchestrator.errors import GpuctlError, InternalError, PermanentError, TemporaryError
-from orchestrator.home import create_private_file, ensure_home, not_regular, open_regular_file
+from orchestrator.home import ensure_home, open_regular_file
+from orchestrator.state import sqlite_file
+from orchestrator.state.database_url import is_sqlite, masked_url, sqlite_path
+from orchestrator.state.prepared import Prepared
+from orchestrator.state.sqlite_file import APPLICATION_ID, LOCK_TIMEOUT_S, check_not_newer, connect, damaged
 
-APPLICATION_ID = 0x67707563
-"""``PRAGMA application_id`` of a gpuctl job store (the bytes "gpuc")."""
-LOCK_TIMEOUT_S = 30.0
-LOW_SPACE_BYTES = 1 << 20
+__all__ = [
+    "APPLICATION_ID", "HEAD_REVISION", "LOCK_TIMEOUT_S", "REVISIONS", "SCHEMA_VERSION", "Connection",
+    "Connections", "connect", "damaged", "engine_for", "prepare", "schema_revision", "store_error",
+    "upgrade_schema",
+]  # fmt: skip
 
-SCHEMA_VERSION = 3
-"""The version of :data:`SCHEMA` (``PRAGMA user_version``); 0 is a store from before versions.
-2: the ``notifications`` outbox (:mod:`orchestrator.notify.outbox`). 3: the market log
-(``zone_watch``, ``job_market_logs``: :mod:`orchestrator.state.zone_watch`)."""
+REVISIONS = ("0001", "0002", "0003", "0004", "0005", "0006")
+"""The Alembic revisions this gpuctl knows, oldest first (:mod:`orchestrator.state.migrations`)."""
+HEAD_REVISION = REVISIONS[-1]
+SCHEMA_VERSION = len(REVISIONS)
+"""``PRAGMA user_version`` of a SQLite store at :data:`HEAD_REVISION`: a gpuctl from before Alembic
+(which knew versions up to 3) refuses it as newer instead of misreading it."""
+LEGACY_REVISIONS = {1: "0001", 2: "0002", 3: "0003"}
+"""The revision a SQLite store of each pre-Alembic schema version is stamped at (0: none; every
+revision runs, creating only what is missing)."""
+ADVISORY_LOCK_KEY = 0x67707563
+"""The PostgreSQL advisory lock that serialises schema upgrades (gpuctl's application id)."""
+POOL_SIZE = 8
+MIGRATIONS = Path(__file__).with_name("migrations")
 
-OUTBOX_SCHEMA = """
-CREATE TABLE IF NOT EXISTS notifications (
-    id INTEGER PRIMARY KEY AUTOINCREMENT, job_id TEXT NOT NULL, backend TEXT NOT NULL,
-    target_json TEXT NOT NULL, notification_json TEXT NOT NULL, created_at TEXT NOT NULL,
-    attempts INTEGER NOT NULL DEFAULT 0, next_at TEXT NOT NULL, last_error TEXT
-);
-CREATE INDEX IF NOT EXISTS notifications_due ON notifications(backend, next_at);
-"""
-"""Notifications waiting to be delivered (:mod:`orchestrator.notify.outbox`): in the job store, and in
-the Kubernetes operator's own file."""
+Where = Path | str
+"""Where a store lives, as messages name it: a SQLite file, or a PostgreSQL URL with its password masked."""
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS jobs (
-    id TEXT PRIMARY KEY, name TEXT NOT NULL, user TEXT NOT NULL, team TEXT NOT NULL,
-    backend TEXT NOT NULL, status TEXT NOT NULL, failure_reason TEXT, message TEXT NOT NULL DEFAULT '',
-    spec_json TEXT NOT NULL, options_json TEXT NOT NULL DEFAULT '{}',
-    submitted_at TEXT NOT NULL, deadline TEXT, updated_at TEXT NOT NULL,
-    attempts INTEGER NOT NULL DEFAULT 0, preemptions INTEGER NOT NULL DEFAULT 0,
-    restarts INTEGER NOT NULL DEFAULT 0, cancel_requested INTEGER NOT NULL DEFAULT 0,
-    summary_json TEXT NOT NULL DEFAULT '{}'
-);
-CREATE TABLE IF NOT EXISTS attempts (
-    job_id TEXT NOT NULL REFERENCES jobs(id), attempt INTEGER NOT NULL,
-    placement_json TEXT NOT NULL, started_at TEXT NOT NULL, ended_at TEXT, end_reason TEXT,
-    PRIMARY KEY (job_id, attempt)
-);
-CREATE TABLE IF NOT EXISTS nodes (
-    node_id TEXT PRIMARY KEY, job_id TEXT NOT NULL REFERENCES jobs(id), attempt INTEGER NOT NULL,
-    launch_state TEXT NOT NULL, created_at TEXT NOT NULL, notice_at TEXT, ended_at TEXT, phase TEXT
-);
-CREATE TABLE IF NOT EXISTS segments (
-    id INTEGER PRIMARY KEY AUTOINCREMENT, job_id TEXT NOT NULL REFERENCES jobs(id),
-    attempt INTEGER NOT NULL, gpu_type TEXT NOT NULL, instance_type TEXT NOT NULL, market TEXT NOT NULL,
-    cloud TEXT NOT NULL, region TEXT NOT NULL, zone TEXT NOT NULL, nodes INTEGER NOT NULL,
-    gpus_per_node INTEGER NOT NULL, started_at TEXT NOT NULL, ended_at TEXT,
-    node_price_usd_per_hour REAL NOT NULL, on_demand_node_price_usd_per_hour REAL NOT NULL,
-    price_source TEXT NOT NULL, end_reason TEXT
-);
-CREATE TABLE IF NOT EXISTS events (
-    id INTEGER PRIMARY KEY AUTOINCREMENT, job_id TEXT NOT NULL REFERENCES jobs(id),
-    time TEXT NOT NULL, kind TEXT NOT NULL, message TEXT NOT NULL, status TEXT
-);
-CREATE TABLE IF NOT EXISTS market_history (
-    job_id TEXT PRIMARY KEY REFERENCES jobs(id), observed_at TEXT NOT NULL, history_json TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS zone_watch (
-    id INTEGER PRIMARY KEY AUTOINCREMENT, zone TEXT NOT NULL, begin REAL NOT NULL, end REAL NOT NULL,
-    capacity INTEGER
-);
-CREATE INDEX IF NOT EXISTS zone_watch_zone ON zone_watch(zone, end);
-CREATE TABLE IF NOT EXISTS job_market_logs (
-    job_id TEXT PRIMARY KEY REFERENCES jobs(id), log_json TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS gpu_usage_windows (
-    job_id TEXT NOT NULL, source TEXT NOT NULL, line_offset INTEGER NOT NULL,
-    start REAL NOT NULL, end REAL NOT NULL, duration_s REAL NOT NULL, gpus INTEGER NOT NULL,
-    model TEXT NOT NULL, samples INTEGER NOT NULL, util_mean_pct REAL NOT NULL,
-    util_p95_pct REAL NOT NULL, util_max_pct REAL NOT NULL, mem_used_max_bytes INTEGER NOT NULL,
-    mem_total_bytes INTEGER NOT NULL, sm_activity_mean REAL, idle_seconds REAL NOT NULL,
-    record_json TEXT NOT NULL, PRIMARY KEY (job_id, source, line_offset)
-);
-CREATE TABLE IF NOT EXISTS gpu_usage_files (
-    job_id TEXT NOT NULL, source TEXT NOT NULL, offset INTEGER NOT NULL, PRIMARY KEY (job_id, source)
-);
-CREATE INDEX IF NOT EXISTS segments_job ON segments(job_id);
-CREATE INDEX IF NOT EXISTS events_job ON events(job_id);
-CREATE INDEX IF NOT EXISTS nodes_job ON nodes(job_id, attempt);
-"""
-"""Every statement is idempotent: :func:`database.upgrade` runs them all on a store of an older version."""
-SCHEMA += OUTBOX_SCHEMA
+KEPT_ENGINES = 8
+"""Engines kept at once: a process uses one or two databases; one that opens many (a test session)
+closes the idle connections of the least recently used beyond this many."""
+
+for _name in ("sqlalchemy.engine", "sqlalchemy.pool", "alembic"):
+    # SQLAlchemy logs every statement with its parameters (job specs, notification targets) when the
+    # root logger is at INFO: never; gpuctl says what happened in its own words
+    logging.getLogger(_name).setLevel(logging.WARNING)
+
+_engines: OrderedDict[tuple[str, bool], Engine] = OrderedDict()
+_engines_lock = threading.Lock()
 
 
-def prepare(home: Path, path: Path, read_only: bool) -> None:
-    """Check the store at ``path`` before use: create it (home 0700, file 0600) or upgrade it to
-    :data:`SCHEMA_VERSION` if needed; refuse a newer, foreign or damaged one. A reader whose store is
-    current writes nothing."""
-    if read_only and path.exists():
-        version = _version(path, read_only=True)
-        if version == SCHEMA_VERSION:
+def where(url: str) -> Where:
+    return sqlite_path(url) if is_sqlite(url) else masked_url(url)
+
+
+def engine_for(url: str, read_only: bool = False) -> Engine:
+    """The process's engine for ``url`` (created once per (url, read_only))."""
+    key = (url, read_only)
+    with _engines_lock:
+        engine = _engines.get(key)
+        if engine is None:
+            engine = _engines[key] = _make_engine(url, read_only)
+            while len(_engines) > KEPT_ENGINES:
+                _, oldest = _engines.popitem(last=False)
+                oldest.dispose()  # a store still holding it opens fresh connections when it needs them
+        else:
+            _engines.move_to_end(key)
+        return engine
+
+
+def _make_engine(url: str, read_only: bool) -> Engine:
+    if is_sqlite(url):
+        path = sqlite_path(url)
+        return create_engine(
+            "sqlite+pysqlite://", creator=lambda: _sqlite_connection(path, read_only),
+            isolation_level="AUTOCOMMIT", poolclass=QueuePool, pool_size=POOL_SIZE, max_overflow=4 * POOL_SIZE,
+            pool_timeout=LOCK_TIMEOUT_S, pool_reset_on_return=None, hide_parameters=True,
+        )  # fmt: skip
+    options = "-c default_transaction_read_only=on" if read_only else ""
+    return create_engine(
+        url, isolation_level="AUTOCOMMIT", pool_size=POOL_SIZE, max_overflow=4 * POOL_SIZE,
+        pool_timeout=LOCK_TIMEOUT_S, pool_recycle=3600, pool_reset_on_return=None, hide_parameters=True,
+        connect_args={"connect_timeout": 10, "options": options, "application_name": "gpuctl"},
+    )  # fmt: skip
+
+
+def _sqlite_connection(path: Path, read_only: bool) -> sqlite3.Connection:
+    conn = connect(path, read_only)
+    conn.row_factory = None  # SQLAlchemy makes its own rows
+    return conn
+
+
+def dispose_engines() -> None:
+    """Close every pooled connection (tests; a process about to fork)."""
+    with _engines_lock:
+        for engine in _engines.values():
+            engine.dispose()
+        _engines.clear()
+
+
+# --- errors ---------------------------------------------------------------------------------------
+def store_error(exc: BaseException, location: Where) -> GpuctlError:
+    """The gpuctl error for a database error met on the store at ``location``."""
+    if isinstance(exc, GpuctlError):
+        return exc
+    orig = _cause(exc)
+    if isinstance(orig, sqlite3.Error):
+        return sqlite_file.sqlite_error(orig, Path(location))
+    if isinstance(location, str):
+        return _postgres_error(orig, location)
+    return InternalError(f"job store {location}: unexpected database error ({type(orig).__name__}: {orig})")
+
+
+def _postgres_error(exc: BaseException, location: str) -> GpuctlError:
+    """What a psycopg error (``exc``) on the server of ``location`` (a masked URL) means."""
+    state = str(getattr(exc, "sqlstate", None) or "")
+    detail = _detail(exc, location)
+    refused = ("authentication failed", "no pg_hba.conf entry", "permission denied", "does not exist")
+    if state.startswith(("28", "42501", "3D000")) or any(r in detail for r in refused):
+        return PermanentError(
+            f"the PostgreSQL server of the job store {location} refused gpuctl ({detail})",
+            "check the user, password, database name and its grants in the database URL "
+            "(GPUCTL_DATABASE_URL or database.url in $GPUCTL_HOME/config.yaml)",
+        )
+    if state == "25006":
+        return PermanentError(
+            f"cannot write the job store {location}: the server or this connection is read-only ({detail})",
+            "point gpuctl at a server it may write (the primary, not a replica)",
+        )
+    if not state or state.startswith(("08", "53", "57P", "40")):
+        return TemporaryError(
+            f"cannot use the PostgreSQL server of the job store {location} ({detail}): is the server "
+            "running and reachable?",
+            "start it or check the host and port in the database URL, then run the command again",
+            retry_after_s=10.0,
+        )
+    return InternalError(f"job store {location}: unexpected database error ({detail})")
+
+
+def _detail(exc: BaseException, location: str) -> str:
+    """The error's first line, as the server or libpq said it (they never include the password)."""
+    lines = str(exc).strip().splitlines() or [type(exc).__name__]
+    return f"{type(exc).__name__}: {lines[0][:300]}"
+
+
+def _cause(exc: BaseException) -> BaseException:
+    """The driver's own error under SQLAlchemy's wrapper (what the gpuctl error is raised from)."""
+    return exc.orig if isinstance(exc, DBAPIError) and isinstance(exc.orig, BaseException) else exc
+
+
+def _is_db_error(exc: BaseException) -> bool:
+    """An error of the database or its driver (not of gpuctl's own statements)."""
+    return isinstance(exc, DBAPIError | sqlite3.Error) or type(exc).__module__.startswith("psycopg")
+
+
+# --- connections and transactions ------------------------------------------------------------------
+class Connections:
+    """The connections of one store to its database (``url``, shown as ``location``): each read or
+    write transaction takes one from the engine's pool and gives it back, except while the thread has
+    :meth:`pinned` one (a controller tick), when all of that thread's use goes through it."""
+
+    def __init__(self, engine: Engine, url: str, location: Where) -> None:
+        self.engine, self.url, self.location = engine, url, location
+        self.sqlite = is_sqlite(url)
+        self._local = threading.local()
+
+    @contextlib.contextmanager
+    def connection(self) -> Iterator[Connection]:
+        pinned: Connection | None = getattr(self._local, "conn", None)
+        if pinned is not None:
+            yield pinned
+            return
+        try:
+            conn = self.engine.connect()
+        except BaseException as exc:
+            if _is_db_error(exc):
+                raise store_error(exc, self.location) from _cause(exc)
+            raise
+        try:
+            yield conn
+        finally:
+            conn.close()
+
+    @contextlib.contextmanager
+    def pinned(self) -> Iterator[None]:
+        """Until the block ends, this thread's reads and transactions share one connection (a tick
+        makes a dozen: taking one from the pool for each costs about as much as a query)."""
+        if getattr(self._local, "conn", None) is not None:
+            yield
+            return
+        with self.connection() as conn:
+            self._local.conn = conn
+            try:
+                yield
+            finally:
+                self._local.conn = None
+
+    def read(self, statement: Any, params: Any = None) -> list[Mapping[str, Any]]:
+        """The rows of one statement (a :class:`~orchestrator.state.prepared.Prepared` one, or any
+        Core statement), outside any transaction."""
+        with self.connection() as conn:
+            try:
+                if isinstance(statement, Prepared):
+                    return list(statement.rows(conn, params))
+                return [dict(row) for row in conn.execute(statement, params).mappings()]
+            except BaseException as exc:
+                if _is_db_error(exc):
+                    _drop(conn)
+                    raise store_error(exc, self.location) from _cause(exc)
+                raise
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Connection]:
+        """One write transaction: ``BEGIN IMMEDIATE`` (SQLite: the write lock from the start, so two
+        writers never deadlock) or ``BEGIN`` (PostgreSQL) ... ``COMMIT``, sent to the driver directly.
+        Any error rolls it all back; a database error (in it or its COMMIT) also drops the connection
+        and is raised as the gpuctl error that says what happened."""
+        with self.connection() as conn:
+            driver = self._driver(conn)
+            try:
+                driver.execute("BEGIN IMMEDIATE" if self.sqlite else "BEGIN")
+            except BaseException as exc:
+                _drop(conn)
+                if _is_db_error(exc):
+                    raise store_error(exc, self.location) from _cause(exc)
+                raise
+            try:
+                yield conn
+                driver.execute("COMMIT")
+            except BaseException as exc:
+                with contextlib.suppress(Exception):
+                    driver.execute("ROLLBACK")
+                if _is_db_error(exc):
+                    _drop(conn)
+                    raise store_error(exc, self.location) from _cause(exc)
+                raise
+
+    def _driver(self, conn: Connection) -> Any:
+        """The driver's own connection under ``conn`` (its ``execute`` runs one statement)."""
+        try:
+            return conn.connection.driver_connection
+        except BaseException as exc:
+            if _is_db_error(exc):
+                _drop(conn)
+                raise store_error(exc, self.location) from _cause(exc)
+            raise
+
+
+def _drop(conn: Connection) -> None:
+    """After an error, the pool opens a fresh connection in its place (and ``conn`` uses it)."""
+    with contextlib.suppress(Exception):
+        conn.invalidate()
+    with contextlib.suppress(Exception):
+        conn.rollback()
+
+
+# --- the schema -------------------------------------------------------------------------------------
+def prepare(home: Path, url: str, read_only: bool) -> None:
+    """Check the store at ``url`` before use: create or upgrade it to :data:`HEAD_REVISION` if needed
+    (a SQLite home is created 0700, its file 0600); refuse a newer, foreign or damaged one. A reader
+    of a current store writes nothing."""
+    location = where(url)
+    if read_only and (not is_sqlite(url) or sqlite_path(url).exists()):
+        found = schema_revision(url)
+        if found == HEAD_REVISION:
             return
         try:  # an older store: upgrade it once if we may write, else say what is needed
-            _create_or_upgrade(home, path)
+            upgrade_schema(url)
         except GpuctlError as err:
             raise PermanentError(
-                f"the job store {path} has schema version {version}, written by an older gpuctl; it needs "
-                f"a one-time upgrade, which needs write access: {err.what}",
+                f"the job store {location} has schema revision {found or 'none'}, written by an older "
+                f"gpuctl; it needs a one-time upgrade, which needs write access: {err.what}",
                 "run `gpuctl list` once as a user who can write the gpuctl home",
             ) from err
         return
-    _create_or_upgrade(home, path)
+    _ensure(home)  # the jobs' folders live under the home on every engine
+    upgrade_schema(url)
 
 
-def _create_or_upgrade(home: Path, path: Path) -> None:
-    """:func:`_create_or_upgrade_once` under an exclusive file lock beside the store: processes that
-    open a new store together would otherwise race to switch it to WAL, and SQLite refuses the loser
-    at once ("busy"), whatever the busy timeout."""
-    try:
-        ensure_home(home)
-        lock = open_regular_file(
-            path.with_name(path.name + ".init-lock"), os.O_WRONLY | os.O_CREAT | os.O_APPEND
-        )
-    except OSError:  # a read-only home: nothing to serialise with; the writes below say what is wrong
-        _create_or_upgrade_once(home, path)
-        return
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        _create_or_upgrade_once(home, path)
-    finally:
-        os.close(lock)  # closing releases the lock
-
-
-def _create_or_upgrade_once(home: Path, path: Path) -> None:
+def _ensure(home: Path) -> None:
     try:
         ensure_home(home)
     except OSError as exc:
@@ -156,229 +312,134 @@ def _create_or_upgrade_once(home: Path, path: Path) -> None:
             f"cannot create the gpuctl home {home}: {exc.strerror}",
             "set GPUCTL_HOME to a folder you can write",
         ) from exc
-    if _version(path, read_only=False) < SCHEMA_VERSION:
-        conn = connect(path, read_only=False)
+
+
+def schema_revision(url: str) -> str | None:
+    """The store's Alembic revision (a pre-Alembic SQLite store: the revision it matches; None: no
+    schema yet). Raises for a foreign, damaged or newer database."""
+    location = where(url)
+    if is_sqlite(url):
+        if not sqlite_path(url).exists():
+            return None
+        conn = connect(sqlite_path(url), read_only=True)
         try:
-            upgrade(conn, path, [s for s in SCHEMA.split(";") if s.strip()], SCHEMA_VERSION)
+            return _sqlite_revision(conn, sqlite_path(url))
+        except sqlite3.Error as exc:
+            raise store_error(exc, location) from _cause(exc)
         finally:
             conn.close()
-
-
-def _version(path: Path, read_only: bool) -> int:
-    conn = connect(path, read_only)
     try:
-        version = schema_version(conn, path)
-    except sqlite3.Error as exc:
-        raise store_error(exc, path) from exc
-    finally:
-        conn.close()
+        with engine_for(url, read_only=True).connect() as pg:
+            return _postgres_revision(pg, masked_url(url))
+    except BaseException as exc:
+        if _is_db_error(exc):
+            raise store_error(exc, location) from _cause(exc)
+        raise
+
+
+def _sqlite_revision(conn: sqlite3.Connection, path: Path) -> str | None:
+    version = sqlite_file.schema_version(conn, path)  # refuses a file that is not gpuctl's
     check_not_newer(version, SCHEMA_VERSION, path)
-    return version
+    has_alembic = conn.execute(
+        "SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'alembic_version'"
+    ).fetchone()
+    if has_alembic:
+        row = conn.execute("SELECT version_num FROM alembic_version").fetchone()
+        return _known(row[0] if row else None, path)
+    return LEGACY_REVISIONS.get(version)
 
 
-def store_error(exc: sqlite3.Error, path: Path) -> GpuctlError:
-    """The gpuctl error for a SQLite error met on the job store at ``path``."""
-    code = getattr(exc, "sqlite_errorcode", None)
-    primary = code & 0xFF if isinstance(code, int) else None
-    detail = f"({getattr(exc, 'sqlite_errorname', 'SQLite error')}: {exc})"
-    if primary == sqlite3.SQLITE_FULL or (primary == sqlite3.SQLITE_IOERR and _disk_full(path)):
-        return TemporaryError(
-            f"the disk holding the job store {path} is full {detail}: nothing was changed, and what was "
-            "committed before is intact",
-            f"free space on that disk (`df -h {path.parent}`), then run the command again",
-            retry_after_s=30.0,
-        )
-    if primary in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
-        return TemporaryError(
-            f"the job store {path} stayed locked by another gpuctl process for {LOCK_TIMEOUT_S:.0f} s {detail}",
-            f"run the command again; if it persists, look for a stuck gpuctl process (`fuser {path}`)",
-        )
-    if primary in (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PERM):
-        return PermanentError(
-            f"cannot write the job store {path}: it or its folder is read-only or not yours {detail}",
-            "make the gpuctl home writable, or set GPUCTL_HOME to a folder you can write; "
-            "`gpuctl list`, `status`, `events` and `cost report` only read it",
-        )
-    if primary in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
-        return damaged(path, detail)
-    if primary == sqlite3.SQLITE_IOERR:
-        return PermanentError(
-            f"the disk failed reading or writing the job store {path} {detail}",
-            "check the disk and file system (`dmesg`, `df -h`), then run the command again",
-        )
-    return InternalError(f"job store {path}: unexpected database error {detail}")
+def _postgres_revision(conn: Connection, location: str) -> str | None:
+    if conn.execute(text("SELECT to_regclass('alembic_version')")).scalar() is None:
+        return None
+    return _known(conn.execute(text("SELECT version_num FROM alembic_version")).scalar(), location)
 
 
-def _disk_full(path: Path) -> bool:
-    """SQLite reports a full disk as an I/O error when it cannot grow its ``-shm`` file, and Python
-    does not show the errno: a disk with less than :data:`LOW_SPACE_BYTES` free counts as full."""
-    try:
-        return shutil.disk_usage(path.parent).free < LOW_SPACE_BYTES
-    except OSError:
-        return False
-
-
-def damaged(path: Path, detail: str) -> PermanentError:
-    return PermanentError(
-        f"{path} is not a gpuctl job store, or it is damaged {detail}",
-        f"restore it from a backup, or move it away (`mv {path} {path}.bad`) and gpuctl starts a new "
-        f"one; `sqlite3 {path}.bad .recover` may save its rows",
-    )
-
-
-def _read_only_uri(path: Path, immutable: bool) -> str:
-    return f"file:{pathname2url(str(path.absolute()))}?mode=ro" + ("&immutable=1" if immutable else "")
-
-
-def connect(path: Path, read_only: bool) -> sqlite3.Connection:
-    """A connection in autocommit mode (transactions are explicit), rows as :class:`sqlite3.Row`."""
-    check_regular_files(path)
-    try:
-        if read_only:
-            conn = _connect_read_only(path)
-        else:
-            create_private_file(path)  # SQLite gives the -wal and -shm files the database's mode
-            conn = sqlite3.connect(path, timeout=LOCK_TIMEOUT_S, isolation_level=None)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-        conn.row_factory = sqlite3.Row
-        conn.execute("PRAGMA foreign_keys=ON")
-        return conn
-    except sqlite3.Error as exc:
-        raise store_error(exc, path) from exc
-    except OSError as exc:  # creating the file
+def _known(revision: str | None, location: Where) -> str | None:
+    if revision is not None and revision not in REVISIONS:
         raise PermanentError(
-            f"cannot create the job store {path}: {exc.strerror}",
-            "make the gpuctl home writable, or set GPUCTL_HOME to a folder you can write",
-        ) from exc
-
-
-def check_regular_files(path: Path) -> None:
-    """Refuse a store whose file, ``-wal`` or ``-shm`` is a symlink or anything but a regular file:
-    SQLite would follow a link planted there and write where it points."""
-    for found in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
-        try:
-            mode = found.lstat().st_mode
-        except OSError:  # missing (SQLite creates it), or not ours to see: SQLite says what is wrong
-            continue
-        if not stat.S_ISREG(mode):
-            kind = "a symbolic link" if stat.S_ISLNK(mode) else "not a regular file"
-            raise not_regular(found, kind)
-
-
-def _connect_read_only(path: Path) -> sqlite3.Connection:
-    """``mode=ro``; where SQLite cannot make the ``-shm`` file it needs for that (a read-only or full
-    file system) and the ``-wal`` file is missing or empty (no commit waits in it: the main file
-    holds them all), the file is read as ``immutable``."""
-    uri = _read_only_uri(path, immutable=False)
-    conn = sqlite3.connect(uri, uri=True, timeout=LOCK_TIMEOUT_S, isolation_level=None)
-    try:
-        conn.execute("SELECT 1 FROM sqlite_schema LIMIT 1").fetchall()
-        return conn
-    except sqlite3.Error as exc:
-        conn.close()
-        code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
-        no_shm = code in (sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_IOERR)
-        wal = path.with_name(path.name + "-wal")
-        if not no_shm or (wal.exists() and wal.stat().st_size > 0):
-            raise
-    return sqlite3.connect(_read_only_uri(path, immutable=True), uri=True, isolation_level=None)
-
-
-def schema_version(conn: sqlite3.Connection, path: Path) -> int:
-    """The schema version of the store; refuses a database that is not gpuctl's."""
-    app_id = int(conn.execute("PRAGMA application_id").fetchone()[0])
-    version = int(conn.execute("PRAGMA user_version").fetchone()[0])
-    if app_id == APPLICATION_ID:
-        return version
-    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")}
-    if app_id != 0 or (tables and "jobs" not in tables):
-        raise damaged(path, f"(application id {app_id:#x}, tables: {', '.join(sorted(tables)) or 'none'})")
-    return version  # a store from before gpuctl set its id (version 0), or a new empty file
-
-
-def check_not_newer(version: int, known: int, path: Path) -> None:
-    if version > known:
-        raise PermanentError(
-            f"the job store {path} has schema version {version}, newer than this gpuctl knows ({known}): "
-            "a newer gpuctl wrote it, and this one would misread it",
-            "upgrade gpuctl (`pip install -U gpuctl`), or set GPUCTL_HOME to another folder",
+            f"the job store {location} has schema revision {revision}, newer than this gpuctl knows "
+            f"({HEAD_REVISION}): a newer gpuctl wrote it, and this one would misread it",
+            "upgrade gpuctl (`pip install -U gpuctl`), or point gpuctl at another database",
         )
+    return revision
 
 
-def upgrade(conn: sqlite3.Connection, path: Path, statements: Sequence[str], version: int) -> None:
-    """Bring the schema to ``version`` in one transaction: every statement is idempotent (``IF NOT
-    EXISTS``), so a store of any older version, or an empty file, ends the same."""
+def upgrade_schema(url: str) -> str:
+    """Bring the database at ``url`` to :data:`HEAD_REVISION` (creating it if empty); returns the
+    revision. Safe when several processes start at once: one upgrades, the others find it done."""
+    location = where(url)
+    if not is_sqlite(url):
+        return _upgrade(url, location)
+    path = sqlite_path(url)
+    _ensure(path.parent)
+    try:  # processes that open a new store together would race to switch it to WAL
+        lock = open_regular_file(
+            path.with_name(path.name + ".init-lock"), os.O_WRONLY | os.O_CREAT | os.O_APPEND
+        )
+    except OSError:  # a read-only home: nothing to serialise with; the writes below say what is wrong
+        return _upgrade(url, location)
     try:
-        conn.execute("BEGIN IMMEDIATE")
-    except sqlite3.Error as exc:
-        raise store_error(exc, path) from exc
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _upgrade(url, location)
+    finally:
+        os.close(lock)  # closing releases the lock
+
+
+def _upgrade(url: str, location: Where) -> str:
+    if (not is_sqlite(url) or sqlite_path(url).exists()) and schema_revision(url) == HEAD_REVISION:
+        return HEAD_REVISION  # current: nothing to write, no lock to take
+    engine = _migration_engine(url)
     try:
-        found = schema_version(conn, path)  # another process may have upgraded it meanwhile
-        check_not_newer(found, version, path)
-        if found < version:
-            for statement in statements:
-                conn.execute(statement)
-            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-            conn.execute(f"PRAGMA user_version = {version}")
-        conn.execute("COMMIT")
+        with engine.begin() as conn:
+            if is_sqlite(url):
+                raw = cast(sqlite3.Connection, conn.connection.dbapi_connection)
+                found = _sqlite_revision(raw, Path(location))  # again: another process may have upgraded it
+            else:
+                conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": ADVISORY_LOCK_KEY})
+                found = _postgres_revision(conn, str(location))
+            if found != HEAD_REVISION:
+                _run_alembic(conn, found, stamp=not _has_alembic_table(conn))
+                if is_sqlite(url):
+                    conn.exec_driver_sql(f"PRAGMA application_id = {APPLICATION_ID}")
+                    conn.exec_driver_sql(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        return HEAD_REVISION
     except BaseException as exc:
-        rollback_quietly(conn)
-        if isinstance(exc, sqlite3.Error):
-            raise store_error(exc, path) from exc
+        if _is_db_error(exc):
+            raise store_error(exc, location) from _cause(exc)
         raise
+    finally:
+        engine.dispose()
 
 
-def rollback_quietly(conn: sqlite3.Connection) -> None:
-    """Roll back what is open; a failing ROLLBACK must not hide the error that caused it (SQLite
-    rolls a failed transaction back itself when the connection closes)."""
-    if conn.in_transaction:
-        with contextlib.suppress(sqlite3.Error):
-            conn.execute("ROLLBACK")
+def _has_alembic_table(conn: Connection) -> bool:
+    return inspect(conn).has_table("alembic_version")
 
 
-@contextlib.contextmanager
-def write_transaction(
-    conn: sqlite3.Connection, path: Path, forget_connection: Callable[[], None]
-) -> Iterator[sqlite3.Connection]:
-    """One ``BEGIN IMMEDIATE`` ... ``COMMIT`` on ``conn``: any error rolls it all back; a SQLite error
-    (in it or its COMMIT) also drops the connection (``forget_connection``) and is raised as the gpuctl
-    error that says what happened (:func:`store_error`)."""
-    try:
-        conn.execute("BEGIN IMMEDIATE")
-    except sqlite3.Error as exc:
-        forget_connection()
-        raise store_error(exc, path) from exc
-    try:
-        yield conn
-        conn.execute("COMMIT")
-    except BaseException as exc:
-        rollback_quietly(conn)
-        if isinstance(exc, sqlite3.Error):
-            forget_connection()
-            raise store_error(exc, path) from exc
-        raise
+def _migration_engine(url: str) -> Engine:
+    """A one-connection engine whose transactions are real on both engines (SQLite: ``BEGIN
+    IMMEDIATE`` from the ``begin`` event, as SQLAlchemy's pysqlite recipe does)."""
+    if not is_sqlite(url):
+        return create_engine(url, poolclass=NullPool, connect_args={"connect_timeout": 10})
+    path = sqlite_path(url)
+    engine = create_engine("sqlite+pysqlite://", creator=lambda: connect(path, False), poolclass=NullPool)
+
+    @event.listens_for(engine, "begin")
+    def _begin_immediate(conn: Connection) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
 
 
-class ThreadConnections:
-    """One connection to ``path`` per thread, opened on first use: opening and closing one per query
-    cost most of a controller tick (closing the last WAL connection checkpoints the file)."""
+def _run_alembic(conn: Connection, found: str | None, stamp: bool) -> None:
+    """Alembic's upgrade to head on ``conn`` (in its transaction); a pre-Alembic store is first
+    stamped at ``found``, the revision its tables match."""
+    from alembic import command
+    from alembic.config import Config
 
-    def __init__(self, path: Path, read_only: bool) -> None:
-        self.path, self.read_only = path, read_only
-        self._local = threading.local()
-
-    def get(self) -> sqlite3.Connection:
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = connect(self.path, self.read_only)
-            self._local.conn = conn
-        return conn
-
-    def drop(self) -> None:
-        """Close this thread's connection (after an error: the next use opens a fresh one)."""
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        self._local.conn = None
-        if conn is not None:
-            with contextlib.suppress(sqlite3.Error):
-                conn.close()
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    config.attributes["connection"] = conn
+    if stamp and found is not None:
+        command.stamp(config, found)
+    command.upgrade(config, "head")

@@ -36,6 +36,10 @@ class JobRecord:
     preemptions: int
     restarts: int
     """Crashes retried (preemptions are not counted here)."""
+    cluster: str = ""
+    """The Kubernetes cluster the job ran on ("" elsewhere)."""
+    namespace: str = ""
+    """Its Kubernetes namespace ("" elsewhere)."""
 
 
 @dataclass(frozen=True)

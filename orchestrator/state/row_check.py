@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import math
-import sqlite3
+from collections.abc import Mapping
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
@@ -28,7 +28,7 @@ VALUE_SHOWN = 60
 class DamagedRow(PermanentError):
     """A row of the job store with a column gpuctl cannot read; ``key`` identifies the row."""
 
-    def __init__(self, path: Path, job_id: str, table: str, column: str, value: Any, expected: str,
+    def __init__(self, path: Path | str, job_id: str, table: str, column: str, value: Any, expected: str,
                  key: str) -> None:  # fmt: skip
         self.job_id, self.table, self.column, self.key = job_id, table, column, key
         shown = repr(value)
@@ -37,19 +37,22 @@ class DamagedRow(PermanentError):
         super().__init__(
             f"job {job_id!r} is damaged in the job store {path}: its {table} row{row} has "
             f"{column} = {shown}, which is not {expected}; gpuctl skips it and goes on with the other jobs",
-            f"set {table}.{column} of that row to {expected} with `sqlite3 {path}`, or restore the job "
-            "store from a backup",
+            f"set {table}.{column} of that row to {expected} with "
+            f"{f'`sqlite3 {path}`' if isinstance(path, Path) else '`psql`'}, or restore the job store from a backup",
         )
 
 
 class Row:
-    """One row of ``table`` of the store at ``path``, read column by column."""
+    """One row of ``table`` of the store at ``path`` (a SQLite file, or a masked database URL), read
+    column by column."""
 
-    def __init__(self, path: Path, table: str, row: sqlite3.Row, job_column: str = "job_id") -> None:
+    def __init__(
+        self, path: Path | str, table: str, row: Mapping[Any, Any], job_column: str = "job_id"
+    ) -> None:
         self.path, self.table, self.row = path, table, row
         found = row[job_column]
         self.job_id = found if isinstance(found, str) else repr(found)
-        names = row.keys()  # (``in`` on a Row looks at its values)
+        names = row.keys()
         self.key = f"{table}:{self.job_id}" + "".join(
             f":{row[k]}" for k in ("id", "attempt", "node_id") if k in names
         )

@@ -1,4 +1,4 @@
-"""A :class:`JobState` kept in the SQLite store's rows (local and SLURM controllers).
+"""A :class:`JobState` kept in the job store's rows (local and SLURM controllers).
 
 :func:`load_state` reads it from the ``jobs``, ``attempts``, ``nodes`` and ``segments`` tables;
 :func:`save_state` writes what changed between two states, and the engine's events, inside the
@@ -8,12 +8,24 @@ caller's transaction, so a tick's state is committed whole or not at all.
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import TypeAdapter
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Text,
+    bindparam,
+    cast,
+    func,
+    insert,
+    literal_column,
+    select,
+    update,
+)
+from sqlalchemy.dialects.postgresql import JSONB
 
 from orchestrator.spec.market import MarketKind
 from orchestrator.state.job_state import (
@@ -26,10 +38,12 @@ from orchestrator.state.job_state import (
     ZoneMemory,
 )
 from orchestrator.state.placement import Placement, flat_placement
+from orchestrator.state.prepared import Prepared
 from orchestrator.state.progress_state import GpuThroughput, ProgressState
-from orchestrator.state.records import SegmentRecord
+from orchestrator.state.records import JobRecord, SegmentRecord
 from orchestrator.state.row_check import DamagedRow
-from orchestrator.state.store import JobStore
+from orchestrator.state.store import JobRows, JobStore
+from orchestrator.state.tables import attempts, events, jobs, nodes, segments
 from orchestrator.state.watch import WaitReason, WatchState
 
 
@@ -49,14 +63,19 @@ def segment_state(record: SegmentRecord) -> SegmentState:
                         started_at=record.started_at, ended_at=record.ended_at, end_reason=record.end_reason)  # fmt: skip
 
 
-def load_state(store: JobStore, job_id: str) -> JobState:
+def load_state(store: JobStore, job_id: str, job: JobRecord | JobRows | None = None) -> JobState:
     """The job's state from its rows; :class:`DamagedRow` (noted in the store) when one of them, or
-    what its JSON columns hold, cannot be read: the controller must not act on part of a job."""
-    job = store.job(job_id)
+    what its JSON columns hold, cannot be read: the controller must not act on part of a job.
+    ``job``: its ``jobs`` row (or :class:`JobRows`: with its options and placement), when the caller
+    has just read it (not read again)."""
+    rows = job if isinstance(job, JobRows) and job.record.id == job_id else None
+    if rows is not None:
+        job = rows.record
+    job = job if isinstance(job, JobRecord) and job.id == job_id else store.job(job_id)
     nodes = store.nodes(job.id, job.attempts) if job.attempts else []
     segments = store.segments(job.id, strict=True)
-    placement = _placement(store, job.id, job.attempts)
-    options = store.job_options(job.id)
+    placement = _placement(store, job.id, job.attempts, rows)
+    options = store.options_in(rows) if rows is not None else store.job_options(job.id)
     try:
         kept = _kept_options(options, job.attempts)
     except (
@@ -98,8 +117,10 @@ def _segments(store: JobStore, records: Sequence[SegmentRecord]) -> tuple[Segmen
     return tuple(found)
 
 
-def _placement(store: JobStore, job_id: str, attempt: int) -> Placement | None:
-    found = store.attempt_placement(job_id, attempt) if attempt else None
+def _placement(store: JobStore, job_id: str, attempt: int, rows: JobRows | None) -> Placement | None:
+    if not attempt:
+        return None
+    found = store.placement_in(rows) if rows is not None else store.attempt_placement(job_id, attempt)
     if not found:
         return None
     try:
@@ -146,80 +167,162 @@ def _options_damage(store: JobStore, job_id: str, options: dict[str, Any], what:
     )
 
 
+_JOB_VALUES: dict[str, Any] = {
+    "status": bindparam("status"), "failure_reason": bindparam("failure_reason"), "message": bindparam("message"),
+    "updated_at": bindparam("updated_at"), "attempts": bindparam("attempts"),
+    "preemptions": bindparam("preemptions"), "restarts": bindparam("restarts"),
+}  # fmt: skip
+_SAVE_JOB = Prepared(update(jobs).where(jobs.c.id == bindparam("job_id")).values(**_JOB_VALUES))
+_SAVE_JOB_AND_OPTIONS: dict[tuple[str, tuple[str, ...]], Prepared] = {}
+"""(dialect, option keys) -> the job's row update that also sets those keys of its options."""
+
+
+def _save_job_and_options(dialect: str, keys: tuple[str, ...]) -> Prepared:
+    """The ``jobs`` row's update that also sets ``keys`` of its options (a JSON object) in the same
+    statement: PostgreSQL merges the ``options`` parameter (``jsonb ||``), SQLite sets each key to
+    its ``o_<key>`` parameter (``json_set``); every other key is kept as stored."""
+    found = _SAVE_JOB_AND_OPTIONS.get((dialect, keys))
+    if found is None:
+        assert all(k.isidentifier() for k in keys), keys  # the JSON paths below are written literally
+        merged: ColumnElement[Any]
+        if dialect == "postgresql":
+            merged = cast(cast(jobs.c.options_json, JSONB).op("||")(cast(bindparam("options"), JSONB)), Text)
+        else:
+            paths: list[ColumnElement[Any]] = []
+            for k in keys:
+                paths += [literal_column(f"'$.{k}'"), func.json(bindparam(f"o_{k}"))]
+            merged = func.json_set(jobs.c.options_json, *paths)
+        statement = (
+            update(jobs).where(jobs.c.id == bindparam("job_id")).values(**_JOB_VALUES, options_json=merged)
+        )
+        found = _SAVE_JOB_AND_OPTIONS[(dialect, keys)] = Prepared(statement)
+    return found
+
+
+_ADD_ATTEMPT = Prepared(insert(attempts))
+_ADD_EVENT = Prepared(insert(events))
+_ADD_NODE = Prepared(insert(nodes))
+_SAVE_NODE = Prepared(
+    update(nodes)
+    .where(nodes.c.node_id == bindparam("b_id"))
+    .values(launch_state=bindparam("launch_state"), notice_at=bindparam("notice_at"),
+            ended_at=func.coalesce(nodes.c.ended_at, bindparam("ended")))
+)  # fmt: skip
+_SEGMENT_IDS = Prepared(
+    select(segments.c.id).where(segments.c.job_id == bindparam("id")).order_by(segments.c.id)
+)
+_SAVE_SEGMENT = Prepared(
+    update(segments)
+    .where(segments.c.id == bindparam("b_id"))
+    .values(
+        started_at=bindparam("started_at"), ended_at=bindparam("ended_at"), end_reason=bindparam("end_reason")
+    )
+)
+_ADD_SEGMENT = Prepared(insert(segments))
+_JOB_OPTIONS = Prepared(select(jobs.c.options_json).where(jobs.c.id == bindparam("id")))
+_SAVE_OPTIONS = Prepared(
+    update(jobs).where(jobs.c.id == bindparam("b_id")).values(options_json=bindparam("options"))
+)
+
+
+def _text(value: str | None) -> str | None:
+    """An enum member (a ``StrEnum``) as the plain text stored."""
+    return None if value is None else str(value)
+
+
 def save_state(
-    conn: sqlite3.Connection,
+    conn: Connection,
     job_id: str,
     old: JobState,
     new: JobState,
     events: Sequence[JobEvent],
     now: datetime,
 ) -> None:
-    """Write the difference ``old`` -> ``new`` and ``events`` (inside the caller's transaction)."""
-    conn.execute(
-        "UPDATE jobs SET status = ?, failure_reason = ?, message = ?, updated_at = ?, attempts = ?,"
-        " preemptions = ?, restarts = ? WHERE id = ?",
-        (new.status, new.failure_reason, new.message, _ts(now), new.attempt, new.preemptions, new.restarts,
-         job_id),
-    )  # fmt: skip
+    """Write the difference ``old`` -> ``new`` and ``events`` (inside the caller's transaction): the
+    ``jobs`` row and the options that changed in one statement where the database can merge them."""
+    row = {
+        "job_id": job_id, "status": _text(new.status), "failure_reason": _text(new.failure_reason),
+        "message": new.message, "updated_at": _ts(now), "attempts": new.attempt, "preemptions": new.preemptions,
+        "restarts": new.restarts,
+    }  # fmt: skip
+    updates = _option_updates(old, new)
+    merged = _merge_params(conn.dialect.name, updates) if updates else None
+    if merged is None:
+        _SAVE_JOB.run(conn, row)
+    else:
+        _save_job_and_options(conn.dialect.name, tuple(updates)).run(conn, {**row, **merged})
     if new.attempt != old.attempt and new.placement is not None:
         placement = _PLACEMENT.dump_python(new.placement, mode="json")
-        conn.execute(
-            "INSERT INTO attempts (job_id, attempt, placement_json, started_at) VALUES (?,?,?,?)",
-            (job_id, new.attempt, json.dumps(placement), _ts(now)),
-        )
+        _ADD_ATTEMPT.run(conn, {"job_id": job_id, "attempt": new.attempt,
+                                    "placement_json": json.dumps(placement), "started_at": _ts(now)})  # fmt: skip
     _save_nodes(conn, job_id, old, new, now)
     _save_segments(conn, job_id, old, new)
-    _save_options(conn, job_id, old, new)
-    conn.executemany(
-        "INSERT INTO events (job_id, time, kind, message, status) VALUES (?,?,?,?,?)",
-        [(job_id, _ts(now), e.kind, e.message, e.status) for e in events],
-    )
+    if updates and merged is None:
+        _save_options(conn, job_id, updates)
+    if events:
+        _ADD_EVENT.run_many(conn, [
+            {"job_id": job_id, "time": _ts(now), "kind": e.kind, "message": e.message, "status": _text(e.status)}
+            for e in events
+        ])  # fmt: skip
 
 
-def _save_nodes(conn: sqlite3.Connection, job_id: str, old: JobState, new: JobState, now: datetime) -> None:
+def _save_nodes(conn: Connection, job_id: str, old: JobState, new: JobState, now: datetime) -> None:
     before = {n.node_id: n for n in old.attempt_nodes} if new.attempt == old.attempt else {}
     for node in new.attempt_nodes:
         was = before.get(node.node_id)
         ended = _ts(now) if node.launch is NodeLaunch.ENDED else None
         if was is None:
-            conn.execute(
-                "INSERT INTO nodes (node_id, job_id, attempt, launch_state, created_at, notice_at, ended_at)"
-                " VALUES (?,?,?,?,?,?,?)",
-                (node.node_id, job_id, new.attempt, node.launch, _ts(now), _ts(node.notice_at), ended),
-            )
+            _ADD_NODE.run(conn, {
+                "node_id": node.node_id, "job_id": job_id, "attempt": new.attempt, "launch_state": _text(node.launch),
+                "created_at": _ts(now), "notice_at": _ts(node.notice_at), "ended_at": ended,
+            })  # fmt: skip
         elif was != node:
-            conn.execute(
-                "UPDATE nodes SET launch_state = ?, notice_at = ?, ended_at = COALESCE(ended_at, ?)"
-                " WHERE node_id = ?",
-                (node.launch, _ts(node.notice_at), ended, node.node_id),
-            )
+            _SAVE_NODE.run(conn, {"b_id": node.node_id, "launch_state": _text(node.launch),
+                                      "notice_at": _ts(node.notice_at), "ended": ended})  # fmt: skip
 
 
-def _save_segments(conn: sqlite3.Connection, job_id: str, old: JobState, new: JobState) -> None:
-    ids = [r[0] for r in conn.execute("SELECT id FROM segments WHERE job_id = ? ORDER BY id", (job_id,))]
+def _save_segments(conn: Connection, job_id: str, old: JobState, new: JobState) -> None:
+    if new.segments == old.segments:
+        return  # a running job's tick, mostly
+    ids = [row["id"] for row in _SEGMENT_IDS.rows(conn, {"id": job_id})]
     for index, segment in enumerate(new.segments):
         if index < len(old.segments) and index < len(ids):
             if old.segments[index] != segment:
-                conn.execute(
-                    "UPDATE segments SET started_at = ?, ended_at = ?, end_reason = ? WHERE id = ?",
-                    (_ts(segment.started_at), _ts(segment.ended_at), segment.end_reason, ids[index]),
-                )
+                _SAVE_SEGMENT.run(conn, {
+                    "b_id": ids[index], "started_at": _ts(segment.started_at), "ended_at": _ts(segment.ended_at),
+                    "end_reason": segment.end_reason,
+                })  # fmt: skip
             continue
         p = segment.placement
-        conn.execute(
-            "INSERT INTO segments (job_id, attempt, gpu_type, instance_type, market, cloud, region, zone, nodes,"
-            " gpus_per_node, started_at, ended_at, end_reason, node_price_usd_per_hour,"
-            " on_demand_node_price_usd_per_hour, price_source) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (
-                job_id, segment.attempt, p.gpu_type, p.instance_type, p.market, p.cloud, p.region, p.zone,
-                segment.nodes, p.gpus_per_node, _ts(segment.started_at), _ts(segment.ended_at),
-                segment.end_reason, p.node_price_usd_per_hour, p.on_demand_node_price_usd_per_hour,
-                p.price_source,
-            ),
-        )  # fmt: skip
+        _ADD_SEGMENT.run(conn, {
+            "job_id": job_id, "attempt": segment.attempt, "gpu_type": p.gpu_type, "instance_type": p.instance_type,
+            "market": _text(p.market), "cloud": p.cloud, "region": p.region, "zone": p.zone, "nodes": segment.nodes,
+            "gpus_per_node": p.gpus_per_node, "started_at": _ts(segment.started_at),
+            "ended_at": _ts(segment.ended_at), "end_reason": segment.end_reason,
+            "node_price_usd_per_hour": p.node_price_usd_per_hour,
+            "on_demand_node_price_usd_per_hour": p.on_demand_node_price_usd_per_hour, "price_source": p.price_source,
+        })  # fmt: skip
 
 
-def _save_options(conn: sqlite3.Connection, job_id: str, old: JobState, new: JobState) -> None:
+def _merge_params(dialect: str, updates: dict[str, Any]) -> dict[str, str] | None:
+    """The parameters of :func:`_save_job_and_options` for ``updates``; None when the database could
+    not keep them as Python's JSON writes them (NaN or infinity, a NUL character, a lone surrogate):
+    those are read, merged and written back as text (:func:`_save_options`)."""
+    try:
+        texts = {k: json.dumps(v, allow_nan=False) for k, v in updates.items()}
+        for value in updates.values():
+            json.dumps(value, ensure_ascii=False).encode()  # UnicodeEncodeError: a lone surrogate
+    except ValueError:
+        return None
+    if any("\\u0000" in t for t in texts.values()):
+        return None
+    if dialect == "postgresql":
+        return {"options": json.dumps(updates)}
+    return {f"o_{k}": t for k, t in texts.items()}
+
+
+def _option_updates(old: JobState, new: JobState) -> dict[str, Any]:
+    """The keys of the job's options that change from ``old`` to ``new``, and their new values."""
     updates: dict[str, Any] = {}
     if new.right_size != old.right_size and new.right_size is not None:
         updates["right_size"] = new.right_size.model_dump(mode="json")
@@ -241,9 +344,11 @@ def _save_options(conn: sqlite3.Connection, job_id: str, old: JobState, new: Job
         updates["measurements"] = (
             new.measurements.model_dump(mode="json", exclude_none=True) if new.measurements else None
         )
-    if not updates:
-        return
-    row = conn.execute("SELECT options_json FROM jobs WHERE id = ?", (job_id,)).fetchone()
-    options = dict(json.loads(row[0])) if row else {}
+    return updates
+
+
+def _save_options(conn: Connection, job_id: str, updates: dict[str, Any]) -> None:
+    found = _JOB_OPTIONS.scalar(conn, {"id": job_id})
+    options = dict(json.loads(found)) if found is not None else {}
     options.update(updates)
-    conn.execute("UPDATE jobs SET options_json = ? WHERE id = ?", (json.dumps(options), job_id))
+    _SAVE_OPTIONS.run(conn, {"b_id": job_id, "options": json.dumps(options)})

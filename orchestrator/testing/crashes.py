@@ -14,13 +14,14 @@ controller on the same store and world, as a supervisor would.
 
 from __future__ import annotations
 
-import sqlite3
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+from sqlalchemy import Connection
 
 from orchestrator.backends.base import AttemptObservation, Backend, LaunchRequest, OwnPlacements
 from orchestrator.spec import JobSpec
@@ -75,7 +76,7 @@ class CrashingStore(JobStore):
         self.plan = plan
 
     @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
+    def transaction(self) -> Iterator[Connection]:
         with super().transaction() as conn:
             yield conn
             self.plan.boundary("before commit")  # raising here rolls the transaction back

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
 
 from orchestrator.cli.main import main
 from orchestrator.state.status import JobStatus
@@ -82,7 +83,7 @@ def test_a_hostile_name_among_the_matches_is_shown_escaped(
 ) -> None:
     _jobs(store, "x", 1)
     with store.transaction() as conn:  # a row written by something else, as issue 29's hostile homes
-        conn.execute("UPDATE jobs SET status = ? WHERE name = 'x'", ("RUNNING\x1b[2J\nforged",))
+        conn.execute(text("UPDATE jobs SET status = :s WHERE name = 'x'"), {"s": "RUNNING\x1b[2J\nforged"})
     _jobs(store, "x", 1)
     assert main(["status", "x"]) == 2
     err = capsys.readouterr().err

@@ -115,7 +115,7 @@ def test_the_report_diagnoses_only_its_jobs_and_lists_the_store_once(
         _steps(store, job_id, 0.3, 0.7)
     diagnosed: list[str] = []
     listed: list[int] = []
-    real_diagnose, real_list = avoidable_view.diagnose_job, JobStore.list_jobs
+    real_diagnose, real_list = avoidable_view.job_findings, JobStore.list_jobs
 
     def counting_diagnose(store: JobStore, job: object, *args: object, **kwargs: object) -> object:
         diagnosed.append(job.id)  # type: ignore[attr-defined]
@@ -125,7 +125,7 @@ def test_the_report_diagnoses_only_its_jobs_and_lists_the_store_once(
         listed.append(1)
         return real_list(self, include_terminal)
 
-    monkeypatch.setattr(avoidable_view, "diagnose_job", counting_diagnose)
+    monkeypatch.setattr(avoidable_view, "job_findings", counting_diagnose)
     monkeypatch.setattr(JobStore, "list_jobs", counting_list)
     assert main(["cost", "report", "--since", "7d", "-o", "json"]) == 0
     assert sorted(diagnosed) == sorted(recent)

@@ -120,7 +120,7 @@ def test_rows_stored_before_windows_were_checked_are_left_out(tmp_path: Path) ->
     usage = UsageStore(store)
     usage.ingest(job.id, NOW)
     with store.transaction() as conn:  # what an older version stored from a hostile line
-        conn.execute(
+        conn.exec_driver_sql(
             "INSERT INTO gpu_usage_windows (job_id, source, line_offset, start, end, duration_s, gpus, model,"
             " samples, util_mean_pct, util_p95_pct, util_max_pct, mem_used_max_bytes, mem_total_bytes,"
             " sm_activity_mean, idle_seconds, record_json) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",

@@ -16,6 +16,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from sqlalchemy import func, select, update
 
 from orchestrator.controller.loop import Controller
 from orchestrator.costs.inputs import read_ledger
@@ -24,6 +25,7 @@ from orchestrator.spec import load_spec_text
 from orchestrator.state.state_rows import load_state
 from orchestrator.state.status import JobStatus
 from orchestrator.state.store import JobStore
+from orchestrator.state.tables import job_leases
 from orchestrator.testing import (
     ControllerCrash,
     CrashingBackend,
@@ -33,6 +35,8 @@ from orchestrator.testing import (
     SimScript,
     SimulatedBackend,
 )
+
+pytestmark = pytest.mark.usefixtures("each_engine")  # every test on SQLite and on PostgreSQL
 
 ROUND_S = 10.0
 BOUNDARY_KINDS = {
@@ -101,8 +105,54 @@ def _run(
                 restarts += 1
                 clock.advance(ROUND_S)  # down for a round: the world goes on without a controller
                 world.advance()
+                _lease_time_passes(store, plan, controller.leases.holder)
                 store = CrashingStore(tmp_path / "home", plan)
                 controller = Controller(store, backend)  # a new process: nothing carried over in memory
+    raise AssertionError(f"not every job ended within {max_rounds} rounds")
+
+
+def _lease_time_passes(store: JobStore, plan: CrashPlan, dead: str) -> None:
+    """The dead controller's leases run out while it is down (the lease time passing, as the clock
+    advancing is the world's time passing): the next controller may take its jobs."""
+    plan.enabled = False
+    with store.transaction() as conn:
+        conn.execute(update(job_leases).where(job_leases.c.holder == dead).values(expires_at=0.0))
+    plan.enabled = True
+
+
+def _run_shared(tmp_path: Path, jobs: int, plan: CrashPlan, max_rounds: int = 200) -> tuple[
+    JobStore, SimulatedBackend, dict[str, int | None], int
+]:  # fmt: skip
+    """Two controllers on one database, each ticking the jobs whose leases it holds (every round,
+    in turn first); one that crashes is replaced by a new process, and its jobs go to whichever
+    controller takes their leases first once they run out."""
+    clock = FakeClock()
+    world = SimulatedBackend(clock)
+    store = CrashingStore(tmp_path / "home", plan)
+    plan.enabled = False
+    cancels = _submit(store, world, clock, jobs)
+    plan.enabled = True
+    backend = CrashingBackend(world, plan)
+    controllers = [Controller(CrashingStore(tmp_path / "home", plan), backend) for _ in range(2)]
+    restarts = 0
+    for round_no in range(max_rounds):
+        clock.advance(ROUND_S)
+        world.advance()
+        for job_id, cancel_round in cancels.items():
+            if cancel_round == round_no:
+                plan.enabled = False
+                store.request_cancel(job_id, clock.now())
+                plan.enabled = True
+        pending = [j.id for j in store.list_jobs() if not j.status.terminal]
+        if not pending and not any(not n.phase.ended for n in world.nodes.values()):
+            return store, world, cancels, restarts
+        for index in (0, 1) if round_no % 2 == 0 else (1, 0):
+            try:
+                controllers[index].tick_all(clock.now())
+            except ControllerCrash:
+                restarts += 1
+                _lease_time_passes(store, plan, controllers[index].leases.holder)
+                controllers[index] = Controller(CrashingStore(tmp_path / "home", plan), backend)
     raise AssertionError(f"not every job ended within {max_rounds} rounds")
 
 
@@ -162,3 +212,15 @@ def test_each_early_boundary_of_a_small_run(tmp_path: Path, first: int) -> None:
     plan = CrashPlan(gaps=GAPS, first=first)
     store, world, cancels, _ = _run(tmp_path, 10, plan)
     _check_every_invariant(store, world, cancels)
+
+
+def test_two_controllers_sharing_the_database_crash_and_take_each_others_jobs_over(tmp_path: Path) -> None:
+    plan = CrashPlan(gaps=GAPS, first=3)
+    store, world, cancels, restarts = _run_shared(tmp_path, 30, plan)
+    assert restarts >= 10
+    _check_every_invariant(store, world, cancels)
+    with store.transaction() as conn:
+        changed_hands = conn.execute(select(func.count()).where(job_leases.c.generation > 1)).scalar()
+        holders = conn.execute(select(func.count(job_leases.c.holder.distinct()))).scalar()
+    assert changed_hands, "no job was taken over by another controller"
+    assert holders and holders > 2, "the jobs were ticked by one controller only"

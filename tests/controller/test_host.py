@@ -27,6 +27,8 @@ from orchestrator.state.store import JobStore
 from orchestrator.testing import FakeClock, SimScript, SimulatedBackend
 from orchestrator.testing.states import SPOT, running_job
 
+pytestmark = pytest.mark.usefixtures("each_engine")  # every test on SQLite and on PostgreSQL
+
 
 class MemoryJob:
     """A :class:`host.JobSide`: the job's state in memory, its nodes on a :class:`SimulatedBackend`."""

@@ -3,6 +3,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
+
 from orchestrator.backends.local.backend import LocalBackend
 from orchestrator.controller.loop import Controller, ControllerLock
 from orchestrator.costs.schedule import REPORT_JOB_ID
@@ -10,6 +12,8 @@ from orchestrator.spec import load_spec_text
 from orchestrator.state.status import JobStatus
 from orchestrator.state.store import JobStore
 from orchestrator.testing import SimScript, SimulatedBackend
+
+pytestmark = pytest.mark.usefixtures("each_engine")  # every test on SQLite and on PostgreSQL
 
 
 def test_controller_schedules_cost_reports_from_its_config(tmp_path: Path) -> None:

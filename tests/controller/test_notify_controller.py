@@ -19,6 +19,8 @@ from orchestrator.state.store import JobStore
 from orchestrator.testing import FakeClock, SimScript, SimulatedBackend
 from tests.notify.receivers import WebhookReceiver, down_url_fixture, webhook_fixture  # noqa: F401 - fixtures
 
+pytestmark = pytest.mark.usefixtures("each_engine")  # every test on SQLite and on PostgreSQL
+
 ROUND_S = 10.0
 FAST = RetryPolicy(first_delay_s=0.01, factor=2.0, max_attempts=3)
 
@@ -92,7 +94,9 @@ def test_budget_thresholds_notify_once_each_across_restarts(tmp_path: Path, webh
     for _ in range(60):  # a new controller every round: what was announced is remembered in the store
         clock.advance(ROUND_S)
         world.advance()
-        Controller(JobStore(tmp_path / "home"), world, retry=FAST).tick_job(job_id, clock.now())
+        controller = Controller(JobStore(tmp_path / "home"), world, retry=FAST)
+        controller.tick_job(job_id, clock.now())
+        controller.hand_back()  # it stops: the next one takes the job's lease at once
         if store.job(job_id).status.terminal:
             break
     deliver_all(Controller(store, world, retry=FAST))

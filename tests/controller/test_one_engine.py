@@ -59,7 +59,22 @@ def state_writes(tree: ast.Module) -> list[int]:
                     lines.append(node.lineno)
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _STATE_SQL.search(node.value):
             lines.append(node.lineno)
+        elif isinstance(node, ast.Call) and _call_name(node) == "values" and _updates_jobs(node):
+            keys = [k.arg for k in node.keywords] + [
+                key.value for arg in node.args if isinstance(arg, ast.Dict)
+                for key in arg.keys if isinstance(key, ast.Constant)
+            ]  # fmt: skip
+            lines += [node.lineno for key in keys if key in _STATE_KEYS]
     return sorted(set(lines))
+
+
+def _updates_jobs(values: ast.Call) -> bool:
+    """``values`` is the SET of a SQLAlchemy ``update(jobs)`` (``update(jobs).where(...).values(...)``)."""
+    return any(
+        isinstance(n, ast.Call) and _call_name(n) == "update" and any(
+            isinstance(a, ast.Name) and a.id == "jobs" for a in n.args)
+        for n in ast.walk(values.func)
+    )  # fmt: skip
 
 
 def view_constructions(tree: ast.Module) -> list[int]:
@@ -90,6 +105,8 @@ def test_the_checks_find_each_kind_of_write() -> None:
         "state = JobState(status=target)",
         'state = state.model_copy(update={"status": JobStatus.CANCELLED})',
         'conn.execute("UPDATE jobs SET message = ?, status = ? WHERE id = ?", args)',
+        "conn.execute(update(jobs).where(jobs.c.id == job_id).values(message=m, status=s))",
+        'conn.execute(update(jobs).values({"status": s}))',
     ]
     for source in writes:
         assert state_writes(ast.parse(source)) == [1], source
@@ -97,6 +114,8 @@ def test_the_checks_find_each_kind_of_write() -> None:
         'shown = {"state": str(job.status)}',
         'done = status.get("state") in (None, str(JobStatus.PENDING))',
         'conn.execute("UPDATE jobs SET cancel_requested = 1 WHERE id = ?", args)',
+        "conn.execute(update(jobs).where(jobs.c.id == job_id).values(cancel_requested=1))",
+        "conn.execute(update(nodes).values(status=s))",
         "record = JobRecord(status=JobStatus.PENDING)",
     ]
     for source in reads:

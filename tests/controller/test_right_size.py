@@ -7,6 +7,8 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
+
 from orchestrator.backends.base import Placement, Progress
 from orchestrator.catalog.offers import MarketKind
 from orchestrator.controller.actions import CloseSegment, RightSize, StartAttempt, Transition
@@ -18,6 +20,8 @@ from orchestrator.state.status import JobStatus
 from orchestrator.state.store import JobStore
 from orchestrator.state.usage import UsageStore
 from orchestrator.testing.states import drive, running_job
+
+pytestmark = pytest.mark.usefixtures("each_engine")  # every test on SQLite and on PostgreSQL
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 A100 = Placement("A100", MarketKind.SPOT, "aws", "us-east-1", "use1-az1", "p4d", 8, 10.0, 32.0, "test")

@@ -20,6 +20,8 @@ from orchestrator.state.status import FailureReason, JobStatus
 from orchestrator.state.store import JobStore
 from orchestrator.testing import FakeClock, SimScript, SimulatedBackend
 
+pytestmark = pytest.mark.usefixtures("each_engine")  # every test on SQLite and on PostgreSQL
+
 
 class World:
     def __init__(self, tmp_path: Path, body: str, script: SimScript) -> None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
+
 from orchestrator.controller.driver import stored_spec
 from orchestrator.controller.loop import Controller
 from orchestrator.policies.context import MarketLog
@@ -19,6 +21,8 @@ from orchestrator.state.store import JobStore
 from orchestrator.state.zone_watch import ZoneWatch
 from orchestrator.testing import FakeClock, SimScript, SimulatedBackend
 from orchestrator.testing.backend import SIM_SPOT
+
+pytestmark = pytest.mark.usefixtures("each_engine")  # every test on SQLite and on PostgreSQL
 
 START = datetime(2026, 11, 2, 12, 0, tzinfo=UTC)
 

@@ -85,7 +85,8 @@ def every_text(
         worker.deliver_due()
         worker.stop()
         assert len(events) == 1 and outbox.pending() == 0, events  # it failed, and said so once
-        return "\n".join([*texts, *events, caplog.text])
+        logged = [r.getMessage() for r in caplog.records]  # what was logged (not the log's file:line prefix)
+        return "\n".join([*texts, *events, *logged])
 
     return deliver
 

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
 
 from orchestrator.backends.base import Placement as BackendPlacement
 from orchestrator.catalog.offers import MarketKind
@@ -16,6 +17,8 @@ from orchestrator.state.row_check import DamagedRow
 from orchestrator.state.state_rows import load_state
 from orchestrator.state.store import JobStore
 from orchestrator.testing.states import running_job
+
+pytestmark = pytest.mark.usefixtures("each_engine")  # every test on SQLite and on PostgreSQL
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 STORED = {"gpu_type": "V100", "market": "on-demand", "cloud": "aws", "region": "us-east-1", "zone": "use1-az1",
@@ -51,11 +54,14 @@ def test_rows_as_the_store_wrote_them_load_and_a_foreign_market_is_a_damaged_row
     store = JobStore(tmp_path)
     job_id = running_job(store, NOW)
     with store.transaction() as conn:  # an attempt row as an older gpuctl wrote it (a plain JSON object)
-        conn.execute("UPDATE attempts SET placement_json = ? WHERE job_id = ?", (json.dumps(STORED), job_id))
+        conn.execute(
+            text("UPDATE attempts SET placement_json = :p WHERE job_id = :j"),
+            {"p": json.dumps(STORED), "j": job_id},
+        )
     state = load_state(store, job_id)
     assert state.placement is not None and state.placement.market is MarketKind.ON_DEMAND
     assert state.segments[0].placement.market is MarketKind.SPOT
     with store.transaction() as conn:
-        conn.execute("UPDATE segments SET market = 'preemptible' WHERE job_id = ?", (job_id,))
+        conn.execute(text("UPDATE segments SET market = 'preemptible' WHERE job_id = :j"), {"j": job_id})
     with pytest.raises(DamagedRow, match="market"):
         load_state(store, job_id)

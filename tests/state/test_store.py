@@ -13,6 +13,8 @@ from orchestrator.state.status import JobStatus
 from orchestrator.state.store import JobStore
 from orchestrator.testing.states import SPOT, drive, through
 
+pytestmark = pytest.mark.usefixtures("each_engine")  # every test on SQLite and on PostgreSQL
+
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 
 

@@ -10,13 +10,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
 
 from orchestrator.cli.main import main
 from orchestrator.errors import GpuctlError, InternalError, PermanentError, TemporaryError
-from orchestrator.state import database
+from orchestrator.state import sqlite_file
 from orchestrator.state.database import APPLICATION_ID, SCHEMA_VERSION
 from orchestrator.state.store import JobStore
 from orchestrator.state.usage import UsageStore
+from tests.state.legacy_schema import build_legacy_store
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 
@@ -64,15 +66,17 @@ def test_a_store_from_a_newer_gpuctl_is_refused_untouched(tmp_path: Path, read_o
 
 def _old_store(home: Path) -> str:
     """A store as gpuctl wrote it before schema versions: no id, version 0, no GPU usage tables."""
-    JobStore(home)
-    job_id = _job(JobStore(home))
+    build_legacy_store(home / "gpuctl.db", 0, app_id=False)
     conn = sqlite3.connect(home / "gpuctl.db")
-    conn.executescript(
-        "DROP TABLE gpu_usage_windows; DROP TABLE gpu_usage_files;"
-        " PRAGMA user_version = 0; PRAGMA application_id = 0;"
+    conn.executescript("DROP TABLE gpu_usage_windows; DROP TABLE gpu_usage_files;")
+    conn.execute(
+        "INSERT INTO jobs (id, name, user, team, backend, status, spec_json, submitted_at, updated_at)"
+        " VALUES ('old-1', 'old', 'u', 't', 'local', 'PENDING', '{}', ?, ?)",
+        (NOW.isoformat(), NOW.isoformat()),
     )
+    conn.commit()
     conn.close()
-    return job_id
+    return "old-1"
 
 
 @pytest.mark.parametrize("read_only", [False, True])
@@ -123,7 +127,7 @@ def test_a_held_write_lock_is_a_clear_temporary_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A failed BEGIN used to be followed by a ROLLBACK that failed too, hiding why."""
-    monkeypatch.setattr(database, "LOCK_TIMEOUT_S", 0.05)  # before the store opens its connection
+    monkeypatch.setattr(sqlite_file, "LOCK_TIMEOUT_S", 0.05)  # before the store opens its connection
     store = JobStore(tmp_path)
     job_id = _job(store)
     holder = sqlite3.connect(store.path, isolation_level=None)
@@ -145,7 +149,7 @@ def test_a_held_write_lock_is_a_clear_temporary_error(
 def test_readers_never_wait_for_nor_take_the_write_lock(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(database, "LOCK_TIMEOUT_S", 0.05)  # before the store opens its connection
+    monkeypatch.setattr(sqlite_file, "LOCK_TIMEOUT_S", 0.05)  # before the store opens its connection
     store = JobStore(tmp_path)
     job_id = _job(store)
     holder = sqlite3.connect(store.path, isolation_level=None)
@@ -168,8 +172,8 @@ def test_a_sqlite_error_inside_a_transaction_rolls_back_and_says_so(tmp_path: Pa
     store = JobStore(tmp_path)
     job_id = _job(store)
     with pytest.raises(GpuctlError) as err, store.transaction() as conn:
-        conn.execute("UPDATE jobs SET message = 'half' WHERE id = ?", (job_id,))
-        conn.execute("INSERT INTO no_such_table VALUES (1)")
+        conn.execute(text("UPDATE jobs SET message = 'half' WHERE id = :j"), {"j": job_id})
+        conn.execute(text("INSERT INTO no_such_table VALUES (1)"))
     assert "unexpected database error" in err.value.message and "no_such_table" in err.value.message
     assert store.job(job_id).message == ""
 

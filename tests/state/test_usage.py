@@ -7,12 +7,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
 
 from orchestrator.monitor.samples import read_sample_ticks
 from orchestrator.monitor.summary import unavailable_record
 from orchestrator.state.store import JobStore
 from orchestrator.state.usage import NO_NVML_MESSAGE, UsageStore, usage_from_files
 from tests.state.replay_windows import REPLAY, replay_window_records
+
+pytestmark = pytest.mark.usefixtures("each_engine")  # every test on SQLite and on PostgreSQL
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 
@@ -50,7 +53,7 @@ def test_ingests_new_lines_only_and_leaves_a_partial_line_for_later(
     again = UsageStore(JobStore(tmp_path))
     assert again.ingest(job_id, NOW) == 0
     with store.transaction() as conn:
-        conn.execute("DELETE FROM gpu_usage_files")
+        conn.execute(text("DELETE FROM gpu_usage_files"))
     assert again.ingest(job_id, NOW) == 0
     assert len(again.windows(job_id)) == len(window_lines)
 

@@ -5,8 +5,12 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
+
 from orchestrator.state.store import JobStore
-from orchestrator.state.zone_watch import KEEP_S, MAX_GAP_S, WatchedSpan, ZoneWatch
+from orchestrator.state.zone_watch import KEEP_S, MAX_GAP_S, REWRITE_S, WatchedSpan, ZoneWatch
+
+pytestmark = pytest.mark.usefixtures("each_engine")  # every test on SQLite and on PostgreSQL
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 
@@ -48,3 +52,19 @@ def test_old_spans_are_dropped_and_a_jobs_log_is_kept_once(tmp_path: Path) -> No
     watch.set_job_log(job.id, {"first": 1})
     watch.set_job_log(job.id, {"second": 2})
     assert ZoneWatch(JobStore(tmp_path)).job_log(job.id) == {"first": 1}
+
+
+def test_an_unchanged_capacity_is_written_at_most_every_few_seconds(tmp_path: Path) -> None:
+    """A controller ticking many jobs on the same zones writes each zone once, not once per job."""
+    watch = ZoneWatch(JobStore(tmp_path))
+    t0 = T0.timestamp()
+    watch.record({"a": 2}, at(0))
+    watch.record({"a": 2}, at(REWRITE_S / 2))  # the next job's tick: nothing written
+    assert watch.spans(["a"], at(0), at(100)) == [WatchedSpan("a", t0, t0, 2)]
+    ZoneWatch(JobStore(tmp_path)).record({"a": 2}, at(1))  # another controller writes its own look
+    watch.record({"a": 0}, at(2))  # a change is written at once
+    watch.record({"a": 0}, at(2 + REWRITE_S))  # and an unchanged one again after REWRITE_S
+    assert watch.spans(["a"], at(0), at(100)) == [
+        WatchedSpan("a", t0, t0 + 1, 2),
+        WatchedSpan("a", t0 + 1, t0 + 2 + REWRITE_S, 0),
+    ]

@@ -18,9 +18,9 @@ def blocks() -> list[str]:
     return re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.DOTALL)
 
 
-def test_the_doc_has_its_four_examples() -> None:
+def test_the_doc_has_its_five_examples() -> None:
     found = blocks()
-    assert len(found) == 4 and all("def test_" in b for b in found)
+    assert len(found) == 5 and all("def test_" in b for b in found)
 
 
 @pytest.mark.slow  # the last one runs the real kopf operator on the simulated cluster
@@ -34,4 +34,4 @@ def test_the_examples_pass(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    assert "4 passed" in proc.stdout, proc.stdout[-2000:]
+    assert "5 passed" in proc.stdout, proc.stdout[-2000:]

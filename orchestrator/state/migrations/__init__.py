@@ -1,0 +1,1 @@
+"""The job store's Alembic migrations (run by :func:`orchestrator.state.database.upgrade_schema`)."""
