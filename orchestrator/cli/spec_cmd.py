@@ -24,7 +24,7 @@ from orchestrator.cli.output import print_json
 from orchestrator.cli.secret_checks import warn_plain_secrets
 from orchestrator.controller.admission import PlacementSearch, Refused, admit
 from orchestrator.controller.placement import candidates_for, catalog_candidates
-from orchestrator.costs.budgets import CostConfig, load_cost_config
+from orchestrator.costs.budgets import CostConfig, load_cost_config, with_namespace_team
 from orchestrator.errors import UserError
 from orchestrator.home import home_dir
 from orchestrator.spec import JobSpec, job_spec_json_schema
@@ -106,6 +106,8 @@ def admit_offline(document: SpecDocument, args: argparse.Namespace, costs: CostC
     if backend == "kubernetes":
         namespace = document.namespace or args.namespace or os.environ.get("GPUCTL_NAMESPACE") or "default"
         check_kube_env(spec, _name(args.file, document))  # from_env cannot reach pods
+        if document.kind != GPUJOB_KIND:  # a job file without a team: as `submit` charges it
+            spec = with_namespace_team(spec, costs, namespace)
     decision = admit(spec, _search(backend, args.cluster_config), costs, namespace=namespace)
     if isinstance(decision, Refused):
         if document.kind == GPUJOB_KIND:  # name the document: a manifest may hold several

@@ -11,7 +11,10 @@ The checks, in order, and the failure reason of each refusal:
    offer in the allowed clouds, regions and zones for its market mode (``no_capacity``);
 4. the first placement's price fits ``market.max_hourly_usd``, ``goals.budget_usd`` and the money
    left this month in the team's budget (``over_budget``; see
-   :func:`orchestrator.costs.budgets.check_submission`).
+   :func:`orchestrator.costs.budgets.check_submission`);
+5. it fits its user's limits: the money left this month in ``monthly_usd``, and the user's running
+   jobs' hourly price plus its own within ``hourly_usd`` (``over_budget``; see
+   :mod:`orchestrator.costs.user_limits`). ``max_jobs`` refuses nothing: the job waits PENDING.
 
 The decision is a value, :class:`Admitted` or :class:`Refused`; callers turn a refusal into an error
 (the CLI) or a FAILED GPUJob (the operator). ``reconcile`` keeps its own checks while a job runs
@@ -26,6 +29,7 @@ from dataclasses import dataclass
 from orchestrator.backends.base import Placement
 from orchestrator.controller.placement import Candidates, NoPlacement
 from orchestrator.costs.budgets import CostConfig, TeamBudget, check_submission, team_budget
+from orchestrator.costs.user_limits import UserLimits, UserStanding, check_user_submission
 from orchestrator.errors import UserError
 from orchestrator.policies.market import POLICIES
 from orchestrator.spec import JobSpec, MarketMode
@@ -63,11 +67,34 @@ MonthSpent = Callable[[TeamBudget], float]
 """What the teams a budget counts (:meth:`TeamBudget.counts`) spent this month: the job store's
 segments, or the costs in the GPUJobs' status. Called only for a budget with a limit."""
 
+UserSpent = Callable[[str, UserLimits], UserStanding]
+"""Where a user stands against ``limits`` (its month spend, its running jobs' hourly price), from the
+same sources as :data:`MonthSpent`. Called only for a user with a monthly or hourly limit."""
+
 NO_BUDGETS = CostConfig()
 
 
 def _nothing_spent(_: TeamBudget) -> float:
     return 0.0
+
+
+def _nothing_running(user: str, limits: UserLimits) -> UserStanding:
+    return UserStanding(user, limits)
+
+
+def user_refusal(spec: JobSpec, hourly: float, costs: CostConfig, user_spent: UserSpent) -> Refused | None:
+    """The job would go over its user's month or hourly cap (``hourly``: its estimated price)."""
+    limits = costs.users.of(spec.user)
+    if limits.monthly_usd is None and limits.hourly_usd is None:
+        return None
+    hours = spec.goals.compute_hours
+    estimate = hourly * (hours if hours is not None else 1.0)
+    what = "the estimated cost" if hours is not None else "one hour"
+    try:
+        check_user_submission(spec.name, user_spent(spec.user, limits), hourly, estimate, what)
+    except UserError as err:
+        return Refused(FailureReason.OVER_BUDGET, err.what, err.fix or "")
+    return None
 
 
 def policy_refusal(spec: JobSpec) -> Refused | None:
@@ -97,8 +124,9 @@ def admit(
     costs: CostConfig = NO_BUDGETS,
     month_spent: MonthSpent = _nothing_spent,
     namespace: str | None = None,
+    user_spent: UserSpent = _nothing_running,
 ) -> Admission:
-    """Admit ``spec`` or say why not; pure given a pure ``search`` and ``month_spent``.
+    """Admit ``spec`` or say why not; pure given a pure ``search``, ``month_spent`` and ``user_spent``.
 
     ``costs``: the budgets (``$GPUCTL_HOME/config.yaml``, the chart's ``budgets``); ``namespace``: the
     GPUJob's namespace on Kubernetes (``None`` elsewhere)."""
@@ -130,4 +158,4 @@ def admit(
         check_submission(spec, hourly, spent, budget)
     except UserError as err:
         return Refused(FailureReason.OVER_BUDGET, err.what, err.fix or "")
-    return Admitted(first, hourly)
+    return user_refusal(spec, hourly, costs, user_spent) or Admitted(first, hourly)

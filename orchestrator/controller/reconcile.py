@@ -41,6 +41,7 @@ from orchestrator.controller.market_choice import (
 )
 from orchestrator.controller.waiting import why_waiting
 from orchestrator.controller.watchdog import watch_actions
+from orchestrator.costs.user_limits import UserStanding, month_exceeded, nodes_within_cap, slot_wait
 from orchestrator.errors import GpuctlError
 from orchestrator.policies import GpuMeasurement, right_size
 from orchestrator.spec import JobSpec, MarketMode
@@ -103,6 +104,8 @@ class JobView:
     """What the GPU monitors measured lately (None: nothing yet)."""
     waiting: WaitReason | None = None
     """Why the job waits, as recorded last."""
+    user: UserStanding | None = None
+    """Where the job's user stands against its limits (None: the user has none)."""
 
     @property
     def segment_started_at(self) -> datetime | None:
@@ -139,8 +142,13 @@ def reconcile(view: JobView) -> list[Action]:
             *_close(view, "cancelled"),
             Transition(S.CANCELLED, "cancelled by the user"),
         ]
-    # 3. A new job starts placing.
+    # 3. A new job starts placing, unless its user's month is spent or its user runs max_jobs already.
     if view.status is S.PENDING:
+        over = _user_over(view)
+        if over:
+            return over
+        if view.user is not None and slot_wait(view.user):
+            return []  # keep waiting; the driver shows the reason
         return [Transition(S.PLACING, "choosing GPU type, market and zone")]
     # 4. After a preemption, recover.
     if view.status is S.PREEMPTED:
@@ -171,6 +179,9 @@ def _place(view: JobView) -> list[Action]:
                 S.FAILED, f"spent {view.cost_usd:.2f} of a {budget:.2f} USD budget", FailureReason.OVER_BUDGET
             )
         ]
+    over = _user_over(view)
+    if over:
+        return over
     sized = _right_size(view)
     if sized is not None:
         return [sized]
@@ -197,10 +208,15 @@ def _launch(view: JobView, choice: MarketChoice) -> list[Action]:
                 FailureReason.OVER_BUDGET,
             )
         ]
+    price = choice.placement.node_price_usd_per_hour
+    nodes = nodes_within_cap(view.user, price, choice.nodes, spec.resources.min_nodes)
+    if nodes == 0:
+        return []  # the user's hourly cap: wait for room (the driver shows the reason)
+    capped = f" (user's hourly cap: {nodes} of {choice.nodes} node(s))" if nodes < choice.nodes else ""
     return [
-        Transition(S.LAUNCHING, f"{choice.nodes} x {choice.placement.gpu_type} {choice.placement.market} "
-                   f"in {choice.placement.zone}: {choice.why}"),
-        StartAttempt(choice.placement, choice.nodes),
+        Transition(S.LAUNCHING, f"{nodes} x {choice.placement.gpu_type} {choice.placement.market} "
+                   f"in {choice.placement.zone}: {choice.why}{capped}"),
+        StartAttempt(choice.placement, nodes),
     ]  # fmt: skip
 
 
@@ -257,6 +273,11 @@ def _follow(view: JobView) -> list[Action]:
                 S.FAILED, f"spent {view.cost_usd:.2f} of a {budget:.2f} USD budget", FailureReason.OVER_BUDGET
             ),
         ]
+    # 6b'. The user's month is spent: the same stop, for every job of the user.
+    over = _user_over(view)
+    if over:
+        return [StopNodes((), grace, "user over budget"), *_close(view, "over budget"),
+                MarkNodesEnded(_ids(nodes)), *over]  # fmt: skip
 
     # 6c. The market took nodes (or nodes vanished): rescale or recover. Nodes that never left the
     #     queue (a Kubernetes spot shortage: pods never scheduled) held nothing: their segment is free.
@@ -353,11 +374,20 @@ def _growth(view: JobView, alive: int) -> int:
     if placement is None or not (spec.resources.elastic and spec.policies.rescale):
         return 0
     room = spec.resources.max_nodes - alive
+    if view.user is not None:  # the user's hourly cap, beside this job's running nodes
+        extra = nodes_within_cap(view.user, placement.node_price_usd_per_hour, spec.resources.max_nodes, 0)
+        room = min(room, extra - alive)
     if room <= 0:
         return 0
     if not placement.spot or view.spot_capacity is None:
         return room
     return max(0, min(room, view.spot_capacity - alive))
+
+
+def _user_over(view: JobView) -> list[Action]:
+    """The job's user spent its month: FAILED (over_budget); else nothing."""
+    why = month_exceeded(view.user) if view.user is not None else None
+    return [Transition(S.FAILED, why, FailureReason.OVER_BUDGET)] if why else []
 
 
 def _right_size(view: JobView) -> RightSize | None:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from orchestrator.backends.base import NodePhase
 from orchestrator.controller.market_choice import JobClock, MarketChoice, MarketView, choose_market
+from orchestrator.costs.user_limits import hourly_wait, nodes_within_cap, slot_wait
 from orchestrator.state.status import JobStatus
 
 if TYPE_CHECKING:
@@ -30,6 +31,9 @@ def _since(view: JobView, code: str) -> str:
 
 
 def _pending(view: JobView, market: MarketView) -> Reason:
+    held = slot_wait(view.user) if view.user is not None else None
+    if held:
+        return "user_jobs", held
     return (
         "pending",
         f"submitted {view.submitted_at:%Y-%m-%d %H:%M} UTC; waiting for the controller to place it",
@@ -45,6 +49,11 @@ def _placing(view: JobView, market: MarketView) -> Reason:
     clock = JobClock(view.now, view.submitted_at, view.deadline, view.progress, view.watch)
     choice = choose_market(view.spec, market, clock)
     if isinstance(choice, MarketChoice):
+        price, nodes = choice.placement.node_price_usd_per_hour, choice.nodes
+        if view.user is not None and not nodes_within_cap(
+            view.user, price, nodes, view.spec.resources.min_nodes
+        ):
+            return "user_hourly", hourly_wait(view.user, price * nodes)
         return "placing", placing_line(str(choice.placement.market), choice.placement.zone, choice.why)
     short = [
         z.zone for z in market.zones if z.capacity is not None and z.capacity < view.spec.resources.min_nodes

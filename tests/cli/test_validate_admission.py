@@ -106,14 +106,16 @@ def test_a_gpujob_is_admitted_as_the_operator_admits_it(
     tmp_path: Path, home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     docs = list(yaml.safe_load_all(EXAMPLE.read_text()))
+    for doc in docs:  # the namespace comes from --namespace
+        doc["metadata"].pop("namespace")
     docs[1]["spec"]["resources"]["gpu_types"] = ["Z900"]
     manifest = tmp_path / "gpujobs.yaml"
     manifest.write_text(yaml.safe_dump_all(docs))
-    assert main(["validate", str(manifest)]) == 2
+    assert main(["validate", str(manifest), "--namespace", "ml"]) == 2
     err = capsys.readouterr().err
     assert f"{manifest} document 2 (GPUJob quickstart): unknown GPU type 'Z900'" in err, err
     (home / "config.yaml").write_text(
-        "budgets: {teams: {research: 1000000}, namespace_teams: {ml: [research]}}\n"
+        "budgets: {teams: {research: 1000000, ml: 1000000}, namespace_teams: {ml: [research, ml]}}\n"
     )
     docs[1]["spec"]["resources"]["gpu_types"] = ["L4"]
     docs[1]["spec"]["team"] = "research"

@@ -19,6 +19,7 @@ from orchestrator.costs.budgets import (
     parse_cost_config,
     team_budget,
     team_month_spent,
+    with_namespace_team,
 )
 from orchestrator.errors import UserError
 from orchestrator.spec import load_spec_text
@@ -149,6 +150,26 @@ def test_no_budgets_at_all_is_no_limit_and_namespaces_restrict_teams() -> None:
     assert team_budget(config, "a").monthly_usd == 1.0  # no namespace: not Kubernetes
     with pytest.raises(UserError, match="may not be charged from namespace 'ns-b': it may charge no team"):
         team_budget(config, "a", "ns-b")
+
+
+def test_by_default_a_namespace_charges_only_the_team_named_as_it() -> None:
+    none = CostConfig()
+    assert team_budget(none, "vision", "vision") == TeamBudget("vision", None)
+    with pytest.raises(
+        UserError, match=r"'ml' may not be charged from namespace 'vision': it may charge only 'vision'"
+    ):
+        team_budget(none, "ml", "vision")
+    assert team_budget(none, "ml").monthly_usd is None, "not Kubernetes: no namespace"
+
+
+def test_a_job_submitted_to_kubernetes_without_a_team_charges_its_namespaces() -> None:
+    untold = load_spec_text("name: train\ncommand: train.py\n")
+    assert with_namespace_team(untold, CostConfig(), "vision").team == "vision"
+    listed = parse_cost_config("budgets: {namespace_teams: {ml: [ml-research], lab: [a, b]}}")
+    assert with_namespace_team(untold, listed, "ml").team == "ml-research"
+    assert with_namespace_team(untold, listed, "lab").team == "default", "several: admission names them"
+    told = load_spec_text(SPEC)
+    assert with_namespace_team(told, CostConfig(), "vision").team == "ml-research", "named: as named"
 
 
 @pytest.mark.parametrize("amount", [".nan", ".inf", "-.inf", "-98", "true", "'5'"])
