@@ -11,7 +11,9 @@ or read), its pods and the nodes from listings shared by all passes
 - ``GPUCTL_METRICS_PORT``: serve Prometheus metrics on this port;
 - ``GPUCTL_INTAKE_PORT``, ``GPUCTL_INTAKE_KEY``: serve the monitors' intake (:mod:`orchestrator.backends.kubernetes.intake`);
 - ``GPUCTL_PRICE_CATALOG``: a price catalog CSV replacing the built-in prices;
-- ``GPUCTL_KUBE_API_URL``: talk to this URL without credentials (tests, ``kubectl proxy``).
+- ``GPUCTL_KUBE_API_URL``: talk to this URL without credentials (tests, ``kubectl proxy``);
+- ``GPUCTL_DATABASE_URL``: the ledger database every job's record and cost is written to
+  (:mod:`operators.kubernetes.ledger_db`), ``GPUCTL_CLUSTER_NAME`` naming this cluster in it.
 """
 
 from __future__ import annotations
@@ -20,20 +22,23 @@ import json
 import os
 import threading
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 import kopf
 
 from operators.kubernetes import admission, metrics, notify
+from operators.kubernetes.ledger_db import LedgerWrites, ledger_url
 from operators.kubernetes.reconcile import reconcile_isolated
+from operators.kubernetes.step import Decision
 from orchestrator.backends.kubernetes import client, intake
 from orchestrator.backends.kubernetes.config import KubeConfig
 from orchestrator.backends.kubernetes.crd import GROUP, PLURAL, VERSION
 from orchestrator.backends.kubernetes.listing import ClusterView
 from orchestrator.backends.kubernetes.pods import cleanup_job
-from orchestrator.errors import GpuctlError
+from orchestrator.errors import GpuctlError, NotFoundError
+from orchestrator.state.status import JobStatus
 
 INTERVAL_S = float(os.environ.get("GPUCTL_RECONCILE_INTERVAL_S", "10"))
 CANCELLATION_POLLING_S = 0.5  # how soon a deletion goes on once a running tick has ended
@@ -41,6 +46,10 @@ FINALIZER = "gpuctl.dev/cleanup"
 _locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
 """One reconcile at a time per job (create and timer handlers may otherwise overlap)."""
 _errors: dict[tuple[str, str], str] = {}
+_ledger_errors: dict[tuple[str, str], str] = {}
+"""Job -> the ledger database error its passes meet now (logged once, until it changes or clears)."""
+ledger = LedgerWrites()
+"""What the operator last wrote of each GPUJob to the ledger database (:mod:`operators.kubernetes.ledger_db`)."""
 """Job -> the transient error its passes meet now (posted as an Event once, until it changes or clears)."""
 view = ClusterView()
 """The pods and nodes as listed for all passes: one LIST per namespace (pods) and one of nodes per interval."""
@@ -107,7 +116,9 @@ def _reconcile(name: str, namespace: str, body: Any, logger: Any) -> None:
     key = (namespace, name)
     try:
         with _locks[key]:
-            decision = reconcile_isolated(name, namespace, load_config(), clock(), _api(), view, body)
+            now = clock()
+            decision = reconcile_isolated(name, namespace, load_config(), now, _api(), view, body)
+            _record(key, body, decision, now, logger)
     except Exception as exc:
         raise _retry_later(key, exc, body, logger) from exc
     if _errors.pop(key, None) is not None:
@@ -120,6 +131,33 @@ def _reconcile(name: str, namespace: str, body: Any, logger: Any) -> None:
         # One Kubernetes Event per job event (kopf posts log messages only with posting.loggers,
         # which would post its own per-handler messages too).
         kopf.info(body, reason=event_reason(message), message=message)
+
+
+def _record(key: tuple[str, str], body: Any, decision: Decision | None, now: datetime, logger: Any) -> None:
+    """The job's record in the ledger database, when one is configured and the pass changed it
+    (:meth:`~operators.kubernetes.ledger_db.LedgerWrites.after_pass`); an ended job's status as kopf
+    has it when the pass had nothing to do. A database that cannot be reached is logged once while it
+    lasts, and the next pass writes again (the status keeps everything meanwhile)."""
+    status = decision.status if decision is not None else dict(body.get("status") or {})
+    meta = body.get("metadata") or {}
+    if decision is None and (meta.get("deletionTimestamp") or not _ended(status)):
+        return  # gone or being deleted (the delete handler writes), or a pass with nothing to write
+    try:
+        ledger.after_pass(body, status, now)
+    except GpuctlError as err:
+        if _ledger_errors.get(key) != err.what:
+            _ledger_errors[key] = err.what
+            logger.warning(
+                f"cannot write the job's record to the ledger database (tried again each pass): {err.message}"
+            )
+        return
+    if _ledger_errors.pop(key, None) is not None:
+        logger.info("the job's record is written to the ledger database again")
+
+
+def _ended(status: Mapping[str, Any]) -> bool:
+    state = status.get("state")
+    return isinstance(state, str) and state in {str(s) for s in JobStatus if s.terminal}
 
 
 def _retry_later(key: tuple[str, str], exc: Exception, body: Any, logger: Any) -> kopf.TemporaryError:
@@ -145,12 +183,38 @@ def tick(*, name: str, namespace: str | None, body: Any, logger: Any, **_: Any) 
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL)
-def stop(*, name: str, namespace: str | None, uid: str | None, logger: Any, **_: Any) -> None:
+def stop(*, name: str, namespace: str | None, uid: str | None, body: Any, logger: Any, **_: Any) -> None:
+    """The GPUJob's pods and Service deleted, then (with a ledger database) its outcome written, its
+    open segment closed when the pods were deleted; kopf removes the finalizer only once both are
+    done: a database that cannot be reached is a ``kopf.TemporaryError``, and kopf tries again."""
     ns = namespace or "default"
     with _locks[(ns, name)]:
+        now = clock()
         count = cleanup_job(name, ns, _api(), owner_uid=uid or "")
+        _record_deletion(name, ns, body, now, logger)
     _locks.pop((ns, name), None)
     view.forget(name, ns)
     _errors.pop((ns, name), None)
+    _ledger_errors.pop((ns, name), None)
     metrics.forget(ns, name)
     logger.info(f"deleted {count} pod(s) and the rendezvous service")
+
+
+def _record_deletion(name: str, namespace: str, body: Any, now: datetime, logger: Any) -> None:
+    """The deleted GPUJob's outcome in the ledger database (as its status is now), when one is configured."""
+    if ledger_url() is None:
+        return
+    try:
+        current = client.get_gpujob(name, namespace, _api())
+    except NotFoundError:
+        current = body
+    try:
+        ledger.on_delete(current, now)
+    except GpuctlError as err:
+        logger.warning(
+            f"cannot write the deleted job's record to the ledger database; kept until it is written: {err.message}"
+        )
+        raise kopf.TemporaryError(
+            f"the job's record is not in the ledger database yet: {err.what}", delay=INTERVAL_S
+        ) from err
+    logger.info("the job's record and cost are written to the ledger database")

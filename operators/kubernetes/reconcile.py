@@ -6,7 +6,9 @@ status patch), its nodes are pods (created and deleted by a
 :class:`~orchestrator.backends.kubernetes.pods.PodWriter`), and what the monitors send
 (training progress, GPU use: :mod:`orchestrator.backends.kubernetes.progress`, :mod:`orchestrator.backends.kubernetes.gpu_usage`)
 is read in :meth:`ApiJob.observe` and written in :meth:`ApiJob.persist`. Admission refusals and failures
-are the engine's (:func:`~operators.kubernetes.step.refuse`, :func:`~operators.kubernetes.step.fail`).
+are the engine's (:func:`~operators.kubernetes.step.refuse`, :func:`~operators.kubernetes.step.fail`),
+and so is a cancel: a GPUJob's ``spec.cancel: true`` is the observation's ``cancel_requested``, as a
+local job's cancel flag is (:mod:`orchestrator.backends.kubernetes.gpujob`).
 Kept apart from the kopf handlers so anything can call it.
 
 One GPUJob's error stays that GPUJob's (:func:`reconcile_isolated`, the rule of every backend:
@@ -21,19 +23,20 @@ from __future__ import annotations
 
 import copy
 import logging
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any, assert_never
 
-from operators.kubernetes.admission import admission_refusal, first_sight
+from operators.kubernetes.admission import admission_refusal, first_sight, user_standing
 from operators.kubernetes.rightsize import measurements, same_job, sized_spec
 from operators.kubernetes.step import Decision, StatusJob, decision, fail, load_state, refuse, with_state
+from operators.kubernetes.zones import cluster_candidates, cluster_of, narrowed
 from orchestrator.backends.kubernetes import client
-from orchestrator.backends.kubernetes.config import PRICE_CATALOG_ENV, KubeConfig
+from orchestrator.backends.kubernetes.cluster_zones import ClusterZones
+from orchestrator.backends.kubernetes.config import KubeConfig
 from orchestrator.backends.kubernetes.gpu_usage import collect_gpu_usage
-from orchestrator.backends.kubernetes.gpujob import job_spec, status_patch
+from orchestrator.backends.kubernetes.gpujob import cancel_requested, job_spec, status_patch
 from orchestrator.backends.kubernetes.intake import monitor_texts
 from orchestrator.backends.kubernetes.listing import ClusterView
 from orchestrator.backends.kubernetes.manifests import (
@@ -49,7 +52,7 @@ from orchestrator.backends.kubernetes.pods import (
 )
 from orchestrator.backends.kubernetes.progress import progress_of, with_progress
 from orchestrator.controller import engine, host
-from orchestrator.controller.placement import Candidates, catalog_candidates
+from orchestrator.controller.placement import Candidates, NoPlacement
 from orchestrator.errors import GpuctlError, NotFoundError, UserError
 from orchestrator.policies import GpuMeasurement
 from orchestrator.spec import JobSpec
@@ -64,10 +67,15 @@ MESSAGE_MAX = 500
 """The longest ``status.message`` (and Event) an unexpected error gives."""
 
 
-def _candidates(spec: JobSpec) -> Candidates:
-    """Each allowed zone's spot placement and the on-demand one; from the chart's price catalog when
-    one is mounted."""
-    return catalog_candidates(spec, os.environ.get(PRICE_CATALOG_ENV))
+def _candidates(spec: JobSpec, cluster: ClusterZones) -> Candidates:
+    """Each allowed zone's spot placement and the on-demand one, of the offers the cluster can run
+    (:mod:`operators.kubernetes.zones`); from the chart's price catalog when one is mounted. None when
+    the cluster no longer has any zone the job allows (admission refused it if it never had): the
+    market policy then finds no capacity when the job must be placed."""
+    try:
+        return cluster_candidates(spec, cluster)
+    except NoPlacement:
+        return Candidates({}, None)
 
 
 def _created_at(body: Mapping[str, Any], now: datetime) -> datetime:
@@ -116,9 +124,13 @@ def reconcile_job(
         return None
     try:
         spec = job_spec(name, namespace, body.get("spec") or {})
-        refused = admission_refusal(spec, namespace, now, api) if first_sight(status) else None
+        cancel = cancel_requested(body.get("spec") or {})  # a job cancelled before it is seen: not admitted
+        cluster = cluster_of(name, namespace, config, api, view)  # the zones it has, this round
+        admitting = first_sight(status) and not cancel
+        refused = admission_refusal(spec, namespace, now, api, cluster) if admitting else None
         placed = sized_spec(spec, load_state(status, name))  # right-size (auto) picked its GPU type
-        candidates = _candidates(placed) if refused is None else Candidates({}, None)
+        candidates = _candidates(placed, cluster) if refused is None else Candidates({}, None)
+        placed = narrowed(placed, candidates)  # on-demand pods ask only for zones the cluster has
     except UserError as err:  # the job's own data: FAILED once; API errors propagate and kopf retries
         return _write_ended(name, namespace, status, fail(status, name, INVALID, err.message, now), api)
     if refused is not None:  # refused at admission: FAILED once, one event; never looked at again
@@ -156,14 +168,17 @@ class ApiJob(StatusJob):
     ) -> None:
         meta = body["metadata"]
         self.name, self.namespace, self.api, self.view = str(meta["name"]), namespace, api, view
+        self.meta = {**meta, "namespace": namespace}
         self.owner = Owner(name=self.name, uid=str(meta.get("uid", "")))
         self.read = dict(body.get("status") or {})
         """The status as read (what the patch turns into the new one)."""
         pods = self._list_pods()  # only this GPUJob's pods, ever
-        nodes = view.node_names(self.name, namespace, api) if view else client.list_node_names(api)
+        listed = view.nodes(self.name, namespace, api) if view else client.list_nodes(api)
+        nodes = client.node_names(listed)
         super().__init__(
             spec, self.read, pods, nodes, candidates, self.name,
             _created_at(body, now), config.regrow_after_s, config.spot_shortage_after_s,
+            cancel_requested=cancel_requested(body.get("spec") or {}),
         )  # fmt: skip
         self.pods_host = _Pods(placed, self.owner, self.namespace, config, api, view)
         self.logs: dict[str, str] = {}
@@ -188,7 +203,8 @@ class ApiJob(StatusJob):
         self.status = with_progress(seen, self.logs.values())
         measured = with_state(self.status, state.with_progress(host.progress_state(progress_of(self.status))))
         self.measurements = _measured(self.spec, measured, state, self.name, self.namespace, self.api)
-        return super().observe(state, now)
+        user = user_standing(self.spec, {"metadata": self.meta}, now, self.api)  # its per-user limits
+        return replace(super().observe(state, now), user=user)
 
     def persist(self, tick: host.Tick, now: datetime) -> None:
         """(d) the status first, with the monitors' windows up to now (the pods of an ending job are

@@ -20,6 +20,7 @@ are added by the reconcile, which also advances ``progress`` with the monitors' 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -62,6 +63,7 @@ _CONDITIONS: dict[JobStatus, tuple[str, bool]] = {
     JobStatus.RESCALING: ("Rescaled", True),
     JobStatus.SUCCEEDED: ("Succeeded", True),
     JobStatus.FAILED: ("Failed", True),
+    JobStatus.CANCELLED: ("Cancelled", True),
 }
 
 
@@ -163,6 +165,8 @@ def observe_pods(
     market, memory = remember(
         state.zone_history, spec, found, state, short, scheduled, now, regrow_after_s, reclaimed
     )
+    # a zone's spot is seen only by trying it: a failed try costs the shortage timeout (the policy's slack)
+    market = dataclasses.replace(market, try_cost_h=shortage_after_s / 3600.0)
     progress = progress_of(status)
     nodes = observe_nodes(state, pods, existing_nodes)
     if short is not None:  # leave the zone when the policy would place the job elsewhere, else wait
@@ -230,8 +234,11 @@ class StatusJob:
         regrow_after_s: float = 600.0,
         shortage_after_s: float = 600.0,
         measurements: tuple[GpuMeasurement, ...] = (),
+        cancel_requested: bool = False,
     ) -> None:
         self.spec, self.status, self.pods, self.existing_nodes = spec, dict(status), pods, existing_nodes
+        self.cancel_requested = cancel_requested
+        """The GPUJob's ``spec.cancel``: the engine cancels the job (as ``gpuctl cancel`` locally)."""
         self.found = as_candidates(candidates)
         self.job_id, self.submitted_at = job, created_at
         self.ref = JobRef(job, spec.team, spec.user)
@@ -247,10 +254,11 @@ class StatusJob:
         return state
 
     def observe(self, state: JobState, now: datetime) -> host.Observation:
-        return observe_pods(
+        seen = observe_pods(
             self.spec, state, self.status, self.pods, self.existing_nodes, self.found, self.submitted_at,
             now, self.regrow_after_s, self.shortage_after_s, self.measurements,
         )  # fmt: skip
+        return dataclasses.replace(seen, cancel_requested=self.cancel_requested)
 
     def persist(self, tick: host.Tick, now: datetime) -> None:
         self.written = status_of(self.status, tick.state, tick.events, now, self.spec.goals.budget_usd)
@@ -278,15 +286,17 @@ def step(
     regrow_after_s: float = 600.0,
     shortage_after_s: float = 600.0,
     measurements: tuple[GpuMeasurement, ...] = (),
+    cancel_requested: bool = False,
 ) -> Decision:
     """The one host's tick (:func:`host.run_tick`) of a GPUJob on the status and pods given, pure.
 
     ``candidates``: the spot placement of each allowed zone and the on-demand one (a pair: one zone);
     see :func:`observe_pods` for ``regrow_after_s`` and ``shortage_after_s``. ``measurements``: for
-    right-size (:mod:`operators.kubernetes.rightsize`)."""
+    right-size (:mod:`operators.kubernetes.rightsize`). ``cancel_requested``: the GPUJob's
+    ``spec.cancel`` (the engine's cancel: nodes stopped after the notice, segment closed, CANCELLED)."""
     side = StatusJob(
         spec, status, pods, existing_nodes, candidates, job, created_at, regrow_after_s, shortage_after_s,
-        measurements,
+        measurements, cancel_requested,
     )  # fmt: skip
     tick = host.run_tick(side, now)
     return decision(tick, side.written)

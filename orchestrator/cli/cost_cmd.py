@@ -11,11 +11,12 @@ from typing import Any
 
 from rich.console import Console
 
+from orchestrator.cli import kube_jobs
 from orchestrator.cli.avoidable_view import stored_fixes
 from orchestrator.cli.output import print_notes
 from orchestrator.costs.budgets import load_cost_config
 from orchestrator.costs.html import to_html
-from orchestrator.costs.inputs import ReportInputs, read_inputs_file, read_ledger
+from orchestrator.costs.inputs import ReportInputs, read_inputs_file, read_ledger, read_store_ledger
 from orchestrator.costs.ledger import Window
 from orchestrator.costs.lost_work import lost_work_from_progress
 from orchestrator.costs.render import TABLE_ROWS, to_csv, to_json, to_table, top_fixes_table
@@ -23,6 +24,7 @@ from orchestrator.costs.report import GroupBy, Report, build_report_from, parse_
 from orchestrator.errors import UserError
 from orchestrator.home import home_dir
 from orchestrator.state import store as store_module
+from orchestrator.state.external_jobs import configured_database_url
 from orchestrator.state.job_dir import JobDir, job_dir_path
 from orchestrator.state.usage import usage_from_files
 from orchestrator.terminal import terminal_text
@@ -33,15 +35,16 @@ def load_report_inputs(home: Path, since: datetime | None = None) -> ReportInput
     the progress files) and the idle and measured GPU-hours (from the stored monitor windows, else
     from the monitor summary files ``monitor-summary*.jsonl``; a job with neither was not measured)."""
     store = store_module.open_store(home, read_only=True)
-    inputs = read_ledger(store, since)
+    stored = isinstance(store, store_module.JobStore)
+    inputs = read_store_ledger(store, since) if stored else read_ledger(store, since)  # one query a table
     lost = {}
     legacy = inputs.idle is not None and inputs.measured is None  # a source of idle GPU-hours only
     idle, measured = dict(inputs.idle or {}), dict(inputs.measured or {})
     in_report = {s.job_id for s in inputs.segments}  # only these jobs are diagnosed
     diagnosis = None
-    if isinstance(store, store_module.JobStore):  # with no start, every segment was read already
+    if stored:  # with no start, every segment was read already
         every = inputs.segments if since is None else None
-        diagnosis = stored_fixes(store, datetime.now(UTC), in_report, every)
+        diagnosis = stored_fixes(store, datetime.now(UTC), in_report, every, inputs.jobs)
     for job in inputs.jobs:
         if diagnosis is not None and job.id in diagnosis.fixes:  # its progress file, read once
             found = diagnosis.lost.get(job.id)
@@ -66,6 +69,42 @@ def load_report_inputs(home: Path, since: datetime | None = None) -> ReportInput
     )  # fmt: skip
 
 
+REPORT_BACKENDS = ("local", "slurm", "kubernetes")
+
+
+def _inputs(args: argparse.Namespace, since: datetime | None) -> ReportInputs:
+    """What the report reads: an export (``--input``), the job store (its jobs of ``--backend`` only,
+    when given; with a database configured it holds the Kubernetes jobs the operators write), or for
+    ``--backend kubernetes`` without a configured database the GPUJobs that exist."""
+    backend = getattr(args, "backend", None)
+    namespace = getattr(args, "namespace", None)
+    if namespace is not None and backend != "kubernetes":
+        raise UserError("--namespace names GPUJobs", "add --backend kubernetes, or leave out --namespace")
+    if args.input:
+        if backend is not None:
+            raise UserError("--input reads an export; --backend reads jobs", "give one of them")
+        return read_inputs_file(args.input)
+    if backend == "kubernetes" and configured_database_url(home_dir()) is None:
+        return kube_jobs.cost_report_inputs(namespace, since)  # no ledger: the GPUJobs that exist
+    inputs = load_report_inputs(home_dir(), since)
+    inputs = inputs if backend is None else of_backend(inputs, backend)
+    return inputs if namespace is None else of_namespace(inputs, namespace)
+
+
+def of_backend(inputs: ReportInputs, backend: str) -> ReportInputs:
+    """``inputs`` with the jobs of ``backend`` only, and their segments."""
+    jobs = [j for j in inputs.jobs if j.backend == backend]
+    ids = {j.id for j in jobs}
+    return dataclasses.replace(inputs, jobs=jobs, segments=[s for s in inputs.segments if s.job_id in ids])
+
+
+def of_namespace(inputs: ReportInputs, namespace: str) -> ReportInputs:
+    """``inputs`` with the jobs of Kubernetes namespace ``namespace`` only, and their segments."""
+    jobs = [j for j in inputs.jobs if j.namespace == namespace]
+    ids = {j.id for j in jobs}
+    return dataclasses.replace(inputs, jobs=jobs, segments=[s for s in inputs.segments if s.job_id in ids])
+
+
 def _table_text(report: Report, limit: int | None) -> str:
     console = Console(file=io.StringIO(), width=160, record=True)
     console.print(to_table(report, limit))
@@ -85,7 +124,16 @@ def register(sub: Any) -> None:
     when.add_argument("--since", metavar="DURATION", help="the last DURATION, such as 7d or 24h")
     when.add_argument("--window", metavar="START,END", help="ISO 8601 times or dates, UTC if no zone")
     report.add_argument("--by", choices=[g.value for g in GroupBy], default=GroupBy.JOB.value,
-                        help="one row per job (default), user, team, GPU type or market")  # fmt: skip
+                        help="one row per job (default), user, team, GPU type, market, Kubernetes "
+                             "namespace or cluster ('-': jobs with none)")  # fmt: skip
+    report.add_argument("--backend", choices=REPORT_BACKENDS,
+                        help="only this backend's jobs; kubernetes: from the ledger database when one is "
+                             "configured (GPUCTL_DATABASE_URL or database.url), else read from the GPUJobs "
+                             "in the cluster (deleted GPUJobs are missing; the report says so). Default: "
+                             "every job in the job store")  # fmt: skip
+    report.add_argument("-n", "--namespace", metavar="NAMESPACE",
+                        help="--backend kubernetes: only this namespace's jobs (default: every namespace "
+                             "in the ledger, or that you may list)")  # fmt: skip
     report.add_argument("-o", "--output", choices=["table", "csv", "json", "html"], default="table",
                         help="output format (default table); html: a page with charts")  # fmt: skip
     report.add_argument("--out", metavar="FILE", help="write to FILE instead of standard output")
@@ -93,6 +141,10 @@ def register(sub: Any) -> None:
         "--limit", type=int, default=TABLE_ROWS, help=f"table rows shown (default {TABLE_ROWS}; 0 for all)"
     )
     report.add_argument("--input", metavar="FILE", help="read a JSON ledger export instead of the job store")
+    report.epilog = (
+        "The cluster's name (--by cluster) is $GPUCTL_CLUSTER_NAME when set (the chart's clusterName), "
+        "else the kubeconfig's current context."
+    )
     report.set_defaults(run=run_report)
 
 
@@ -103,10 +155,7 @@ def run_report(args: argparse.Namespace) -> int:
         window = parse_since(args.since, now)
     elif args.window:
         window = parse_window(args.window)
-    if args.input:
-        inputs = read_inputs_file(args.input)
-    else:
-        inputs = load_report_inputs(home_dir(), window.start if window else None)
+    inputs = _inputs(args, window.start if window else None)
     budgets = load_cost_config(home_dir() / "config.yaml") if args.output == "html" else None  # its chart
     report = build_report_from(inputs, now, window, args.by, budgets)
     if args.output == "table" and not args.out:

@@ -48,13 +48,19 @@ from orchestrator.controller.loop import (
     spawn_background_controller,
 )
 from orchestrator.controller.placement import Candidates, candidates_for
-from orchestrator.costs.budgets import load_cost_config, team_month_spent
+from orchestrator.costs.budgets import (
+    load_cost_config,
+    submitted_user_standing,
+    team_month_spent,
+    with_namespace_team,
+)
 from orchestrator.errors import NotFoundError, SpecError, UserError
 from orchestrator.home import home_dir
 from orchestrator.spec import JobSpec, load_spec_file
 from orchestrator.state.forecast import forecast
 from orchestrator.state.job_dir import JobDir
 from orchestrator.state.job_state import JobState
+from orchestrator.state.leases import lease_holder
 from orchestrator.state.records import JobRecord
 from orchestrator.state.row_check import DamagedRow
 from orchestrator.state.state_rows import load_state
@@ -142,7 +148,13 @@ def register(sub: Any) -> None:
                    help="each line as written: time heads kept, torchrun's signal tracebacks not folded")  # fmt: skip
     p.set_defaults(run=run_logs)
 
-    p = sub.add_parser("cancel", help="cancel a job (its nodes get the notice, then stop)")
+    p = sub.add_parser(
+        "cancel",
+        help="cancel a job (its nodes get the notice, then stop; it ends CANCELLED with its cost kept)",
+        description="Cancel a job: its nodes get the checkpoint notice, then stop, and it ends CANCELLED "
+        "with its segments and cost kept. On Kubernetes the GPUJob is marked (spec.cancel: true) and the "
+        "operator cancels it; the GPUJob stays until `kubectl delete gpujob NAME` removes it.",
+    )
     _backend_options(p)
     p.add_argument("job", help=JOB_HELP)
     p.set_defaults(run=run_cancel)
@@ -217,7 +229,8 @@ def run_submit(args: argparse.Namespace) -> int:
     spec = load_spec_file(args.file, now=now)
     costs = load_cost_config(home_dir() / "config.yaml")
     warn_plain_secrets(spec)
-    if args.backend == "kubernetes":
+    if args.backend == "kubernetes":  # no team given: its namespace's
+        spec = with_namespace_team(spec, costs, args.namespace)
         return kube_jobs.submit(spec, args.namespace, args.detach, costs, now)
     _use_cluster_config(args)
     store = JobStore()
@@ -228,6 +241,9 @@ def run_submit(args: argparse.Namespace) -> int:
         lambda s: _backend_candidates(s, backend),
         costs,
         lambda budget: team_month_spent(store.list_jobs(), store.segments(), budget.counts, now),
+        user_spent=lambda user, limits: submitted_user_standing(
+            store.list_jobs(), store.segments(), user, limits, now
+        ),
     )
     if isinstance(decision, Refused):
         raise decision.error()
@@ -399,9 +415,11 @@ def job_document(store: JobStore, job_id: str, running: dict[str, bool] | None =
         if state is not None and job.status is JobStatus.RUNNING
         else None
     )
+    holder = None if job.status.terminal else lease_holder(store.connections, job.id)
+    managed = True if holder is not None else _managed(store, job, running)  # a controller elsewhere holds it
     document = local_document(job, store.segments(job.id), progress, store.summary(job.id), gpu_usage=usage,
-                              state=state, forecast=found, managed=_managed(store, job, running))  # fmt: skip
-    return document.as_json()
+                              state=state, forecast=found, managed=managed)  # fmt: skip
+    return document.model_copy(update={"controller": holder}).as_json()
 
 
 def job_status(store: JobStore, job_id: str) -> dict[str, Any]:
@@ -539,7 +557,10 @@ def run_cancel(args: argparse.Namespace) -> int:
     if lock.acquire():  # no controller running: apply the cancel ourselves
         try:
             controller = Controller(store, make_backend(job.backend, store))
-            controller.tick_job(job.id, datetime.now(UTC))
+            try:
+                controller.tick_job(job.id, datetime.now(UTC))
+            finally:
+                controller.hand_back()  # the next controller ticks the job at once
         finally:
             lock.release()
         problem = controller.errors.get(job.id)
@@ -560,11 +581,11 @@ def run_controller(args: argparse.Namespace) -> int:
     if args.detach:
         return _detach_controller(store, args.backend)
     lock = ControllerLock(store.home, args.backend)
-    if not (lock.adopt_inherited() or lock.acquire()):
+    if not (lock.adopt_inherited() or lock.acquire()) and store.sqlite:
         raise UserError(
             f"another gpuctl controller of the {args.backend} backend is already running for {store.home}",
             "stop it first, or use a different GPUCTL_HOME",
-        )
+        )  # on a shared database (PostgreSQL) any number run: each job's lease decides who ticks it
     controller = Controller(store, make_backend(args.backend, store, launches=True))
     controller.start()
     print(f"gpuctl controller running (home {store.home}, backend {args.backend})", flush=True)

@@ -6,6 +6,7 @@ commands only talk to the API server (kubeconfig, ``$KUBECONFIG``, or in-cluster
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from orchestrator.backends.kubernetes import client
+from orchestrator.backends.kubernetes import client, ledger
 from orchestrator.backends.kubernetes.config import PRICE_CATALOG_ENV
 from orchestrator.backends.kubernetes.manifests import LABEL_ATTEMPT, LABEL_NODE_INDEX, check_kube_env
 from orchestrator.backends.kubernetes.status_model import GpuJobStatus
@@ -24,6 +25,7 @@ from orchestrator.cli.views import print_jobs, print_status
 from orchestrator.controller.admission import NO_BUDGETS, Refused, admit
 from orchestrator.controller.placement import catalog_candidates
 from orchestrator.costs.budgets import CostConfig, TeamBudget, gpujob_month_spent
+from orchestrator.costs.inputs import ReportInputs, read_ledger
 from orchestrator.errors import GpuctlError, NotFoundError, PermanentError
 from orchestrator.spec import JobSpec
 from orchestrator.terminal import terminal_text
@@ -110,6 +112,19 @@ def status(name: str, namespace: str, output: str) -> int:
 def list_jobs(namespace: str, output: str) -> int:
     print_jobs([gpujob_document(obj) for obj in client.list_gpujobs(namespace)], output)
     return 0
+
+
+def cost_report_inputs(namespace: str | None, since: datetime | None) -> ReportInputs:
+    """``gpuctl cost report --backend kubernetes`` without a ledger database: the records of the GPUJobs
+    that exist (of ``namespace``, or of every namespace this account may list), read as the job store's
+    are (:func:`orchestrator.costs.inputs.read_ledger`), with the notes every format shows: deleted
+    GPUJobs are missing, and so are namespaces this account may not list."""
+    objs, notes = ledger.read_gpujobs(namespace)
+    source = ledger.gpujob_ledger(objs, ledger.cluster_name())
+    inputs = read_ledger(source, since)
+    return dataclasses.replace(
+        inputs, to_finish=dict(source.to_finish), notes=[ledger.DELETED_MISSING_NOTE, *notes]
+    )
 
 
 def _when(text: str) -> datetime:
@@ -248,6 +263,17 @@ def _no_pod_of(choice: PodChoice, listed: list[dict[str, Any]]) -> None:
 
 
 def cancel(name: str, namespace: str) -> int:
-    client.delete_gpujob(name, namespace)
-    print(f"gpujob/{name} deleted; the operator's finalizer removes its pods")
+    """``gpuctl cancel --backend kubernetes``: mark the GPUJob cancelled (``spec.cancel``); the
+    operator's next pass cancels it through the engine (the pods get the checkpoint notice, then
+    stop; state CANCELLED). The GPUJob, its status and its cost stay: `kubectl delete` removes it."""
+    doc = gpujob_document(client.get_gpujob(name, namespace))
+    if doc["state"] in TERMINAL_STATES:
+        print(terminal_text(f"job {name} already ended ({doc['state']})"))
+        return 0
+    client.request_gpujob_cancel(name, namespace)
+    print(terminal_text(
+        f"cancel requested for gpujob/{name}: the operator stops its pods after the checkpoint notice "
+        f"and marks it CANCELLED; the GPUJob and its cost stay (`kubectl delete gpujob {name} -n "
+        f"{namespace}` removes it)"
+    ))  # fmt: skip
     return 0

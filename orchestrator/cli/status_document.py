@@ -112,6 +112,11 @@ class StatusDocument(_Part):
         "advance (start one: `gpuctl controller run --detach`); null for an ended job and where gpuctl "
         "cannot see its manager (Kubernetes: the operator; SLURM asked directly)",
     )
+    controller: str | None = Field(
+        default=None,
+        description="the controller ticking the job now (host:pid:random, from its lease in the job store); "
+        "null when none holds it, for an ended job, and on Kubernetes",
+    )
     submitted_at: str | None = Field(description="ISO 8601")
     updated_at: str | None = Field(description="ISO 8601")
     attempts: int

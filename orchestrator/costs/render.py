@@ -150,6 +150,8 @@ def to_csv(report: Report) -> str:
     for row in [*report.rows, report.totals]:
         fields = row_fields(row)
         writer.writerow([_csv_value(fields[c]) for c in COLUMNS])
+    for note in report.source_notes:  # after the totals, one cell each (read_csv(comment="#") skips them)
+        writer.writerow([_csv_value(f"# note: {note}")])
     return out.getvalue()
 
 

@@ -1,4 +1,5 @@
-"""The cost report: ledger rows grouped by job, user, team, GPU type or market, with time series.
+"""The cost report: ledger rows grouped by job, user, team, namespace, cluster, GPU type or market,
+with time series.
 
 :func:`build_report` is pure: records in, :class:`Report` out. Grouping is per segment, so a job
 that ran on spot and then on-demand counts in both market rows; a job's idle and lost GPU-hours are
@@ -19,7 +20,7 @@ from orchestrator.costs.avoidable import JobFixes, PricedFix, Tuned, price, save
 from orchestrator.costs.budgets import CostConfig, month_window
 from orchestrator.costs.charts import TIME_STEPS, floor_to
 from orchestrator.costs.inputs import ReportInputs
-from orchestrator.costs.ledger import JobCost, LostWork, SegmentCost, Window, job_costs, segment_cost
+from orchestrator.costs.ledger import JobCost, LostWork, Window, job_costs, segment_cost
 from orchestrator.errors import UserError
 from orchestrator.spec.durations import parse_duration
 from orchestrator.state.records import JobRecord, SegmentRecord
@@ -35,6 +36,12 @@ class GroupBy(StrEnum):
     TEAM = "team"
     GPU = "gpu"
     MARKET = "market"
+    NAMESPACE = "namespace"
+    CLUSTER = "cluster"
+
+
+NO_PLACE = "-"
+"""The namespace and cluster row of jobs that have none (local and SLURM jobs)."""
 
 
 @dataclass
@@ -152,6 +159,9 @@ class Report:
     """The configured monthly budgets' burn (empty when no budgets are configured)."""
     top_fixes: list[PricedFix] = field(default_factory=list)
     """The fixes that save the most, priced over the window's spend and the remaining work, largest first."""
+    source_notes: list[str] = field(default_factory=list)
+    """What the report's source leaves out (GPUJobs deleted before a report read from the cluster):
+    the first of :attr:`notes`, and written into every format, CSV too."""
 
     @property
     def simulated(self) -> bool:
@@ -203,15 +213,18 @@ def bucket_for(span: timedelta, max_buckets: int = MAX_BUCKETS) -> timedelta:
 
 def data_span(segments: Iterable[SegmentRecord], window: Window, now: datetime) -> Window:
     """Where the segments ran inside ``window`` (open ones until ``now``); ``window`` when none did."""
-    starts, ends = [], []
-    for seg in segments:
-        start, end = max(seg.started_at, window.start), min(seg.ended_at or now, window.end)
+    first: datetime | None = None
+    last: datetime | None = None
+    for seg in segments:  # max(start, window.start), min(end, window.end); the first of equals, as min/max
+        start, end = seg.started_at, seg.ended_at or now
+        start = window.start if window.start > start else start
+        end = window.end if window.end < end else end
         if end > start:
-            starts.append(start)
-            ends.append(end)
-    if not starts:
+            first = start if first is None or start < first else first
+            last = end if last is None or end > last else last
+    if first is None or last is None:
         return window
-    return Window(min(starts), max(ends))
+    return Window(first, last)
 
 
 def _group_key(by: GroupBy) -> Callable[[JobCost, SegmentRecord], str]:
@@ -221,6 +234,8 @@ def _group_key(by: GroupBy) -> Callable[[JobCost, SegmentRecord], str]:
         GroupBy.TEAM: lambda j, s: j.team,
         GroupBy.GPU: lambda j, s: s.gpu_type,
         GroupBy.MARKET: lambda j, s: s.market,
+        GroupBy.NAMESPACE: lambda j, s: j.namespace or NO_PLACE,
+        GroupBy.CLUSTER: lambda j, s: j.cluster or NO_PLACE,
     }
     return keys[by]
 
@@ -245,18 +260,6 @@ def _job_extras(
     return _JobExtras(share, saved or 0.0, None if top is None else f"{top.code}: {top.fix}")
 
 
-def _add_extras(row: ReportRow, job: JobCost, part: SegmentCost, extras: _JobExtras) -> None:
-    if extras.avoidable_share is not None:
-        row.avoidable_usd += extras.avoidable_share * part.cost_usd
-        row.diagnosed_cost_usd += part.cost_usd
-        if extras.top is not None:
-            row.fix_usd[extras.top] = (
-                row.fix_usd.get(extras.top, 0.0) + extras.avoidable_share * part.cost_usd
-            )
-    if job.cost_usd > 0:
-        row.tuned_usd += extras.tuned_usd * part.cost_usd / job.cost_usd
-
-
 TOP_FIXES = 10
 
 
@@ -277,19 +280,50 @@ def top_fixes(
     return sorted(found, key=lambda p: (-p.ranking_usd, p.job_id, p.fix.code))[:limit]
 
 
-def _add_share(row: ReportRow, job: JobCost, part: SegmentCost) -> None:
-    """Add one segment of ``job`` to ``row``: its own GPU-hours and cost, and its share (by GPU-hours)
-    of the job's lost, measured and idle GPU-hours (only measured GPU-hours count for efficiency)."""
-    share = part.gpu_hours / job.gpu_hours if job.gpu_hours > 0 else 0.0
-    row.gpu_hours += part.gpu_hours
-    row.cost_usd += part.cost_usd
-    row.on_demand_usd += part.on_demand_usd
-    row.lost_gpu_hours += job.lost_gpu_hours * share
-    row.lost_cost_usd += job.lost_cost_usd * share
-    if job.idle_gpu_hours is not None and job.measured_gpu_hours:
-        row.measured_gpu_hours += job.measured_gpu_hours * share
-        row.idle_gpu_hours += job.idle_gpu_hours * share
-        row.idle_cost_usd += (job.idle_cost_usd or 0.0) * share
+class _Rows:
+    """The report's rows by group, and the jobs of each."""
+
+    def __init__(self, key_of: Callable[[JobCost, SegmentRecord], str], buckets: _Buckets) -> None:
+        self.key_of, self.buckets = key_of, buckets
+        self.rows: dict[str, ReportRow] = {}
+        self.members: dict[str, set[str]] = defaultdict(set)
+
+    def add_job(
+        self, job: JobCost, extras: _JobExtras, to_finish: Mapping[str, float] | None, now: datetime
+    ) -> None:
+        """Add each segment of ``job`` to the row of its group: its own GPU-hours and cost; its share (by
+        GPU-hours) of the job's lost, measured and idle GPU-hours (only measured GPU-hours count for
+        efficiency); its avoidable spend, tuning saving and projected spend; its cost over time."""
+        measured = job.idle_gpu_hours is not None and bool(job.measured_gpu_hours)
+        measured_gh, idle_gh = job.measured_gpu_hours or 0.0, job.idle_gpu_hours or 0.0
+        idle_usd = (job.idle_cost_usd or 0.0) if measured else 0.0
+        avoidable, top = extras.avoidable_share, extras.top
+        for part in job.parts:
+            key = self.key_of(job, part.segment)
+            row = self.rows.get(key)
+            if row is None:
+                row = self.rows[key] = ReportRow(key)
+            share = part.gpu_hours / job.gpu_hours if job.gpu_hours > 0 else 0.0
+            row.gpu_hours += part.gpu_hours
+            row.cost_usd += part.cost_usd
+            row.on_demand_usd += part.on_demand_usd
+            row.lost_gpu_hours += job.lost_gpu_hours * share
+            row.lost_cost_usd += job.lost_cost_usd * share
+            if measured:
+                row.measured_gpu_hours += measured_gh * share
+                row.idle_gpu_hours += idle_gh * share
+                row.idle_cost_usd += idle_usd * share
+            if avoidable is not None:
+                row.avoidable_usd += avoidable * part.cost_usd
+                row.diagnosed_cost_usd += part.cost_usd
+                if top is not None:
+                    row.fix_usd[top] = row.fix_usd.get(top, 0.0) + avoidable * part.cost_usd
+            if job.cost_usd > 0:
+                row.tuned_usd += extras.tuned_usd * part.cost_usd / job.cost_usd
+            if part.segment.ended_at is None and to_finish:
+                row.to_finish_usd += to_finish.get(job.job_id, 0.0)
+            self.members[key].add(job.job_id)
+            self.buckets.add(key, part.segment, now)
 
 
 class _Buckets:
@@ -305,11 +339,15 @@ class _Buckets:
         self.count = max(1, math.ceil((end - start).total_seconds() / self.size.total_seconds()))
         self.cost: dict[str, list[float]] = defaultdict(lambda: [0.0] * self.count)
         self.savings = [0.0] * self.count
+        self._from = max(window.start, self.window.start)  # where a segment's share may start and end
+        self._until = min(window.end, self.window.end)
+        self._step = self.size.total_seconds()
 
     def add(self, key: str, seg: SegmentRecord, now: datetime) -> None:
-        start = max(seg.started_at, self.clip.start, self.window.start)
-        end = min(seg.ended_at or now, self.clip.end, self.window.end)
-        step = self.size.total_seconds()
+        start, end = seg.started_at, seg.ended_at or now
+        start = self._from if self._from > start else start
+        end = self._until if self._until < end else end
+        step = self._step
         rate = seg.nodes * seg.node_price_usd_per_hour / 3600.0
         save_rate = seg.nodes * (seg.on_demand_node_price_usd_per_hour - seg.node_price_usd_per_hour) / 3600.0
         offset = (start - self.window.start).total_seconds()
@@ -440,32 +478,26 @@ def build_report(
     budgets: CostConfig | None = None,
     fixes: Mapping[str, JobFixes] | None = None,
     tuned: Mapping[str, Sequence[Tuned]] | None = None,
+    source_notes: Sequence[str] = (),
 ) -> Report:
     """Group the ledger of ``window`` (all time when ``None``) by ``by``; rows sorted by cost.
     ``to_finish``: running job id -> forecast USD to finish, added to the row of its open segment.
     ``idle``/``measured``: job id -> idle and measured GPU-hours (:func:`job_costs`); ``budgets``:
     the controller config, for each monthly budget's burn; ``fixes``: job id -> its diagnosis fixes
-    (the avoidable column; ``None``: not computed); ``tuned``: job id -> its ``tune`` records."""
+    (the avoidable column; ``None``: not computed); ``tuned``: job id -> its ``tune`` records;
+    ``source_notes``: what the source of the records leaves out (shown first, in every format)."""
     group = GroupBy(by)
     job_list, seg_list = list(jobs), list(segments)
     win = window or default_window(seg_list, now)
     costs = job_costs(job_list, seg_list, now, win, idle, lost, measured)
     key_of = _group_key(group)
-    rows: dict[str, ReportRow] = {}
-    members: dict[str, set[str]] = defaultdict(set)
     buckets = _Buckets(win, data_span(seg_list, win, now))
+    grouped = _Rows(key_of, buckets)
     for jc in costs:
         extras = _job_extras(jc, (fixes or {}).get(jc.job_id), (tuned or {}).get(jc.job_id, ()), now, win)
-        for part in jc.parts:
-            key = key_of(jc, part.segment)
-            row = rows.setdefault(key, ReportRow(key))
-            _add_share(row, jc, part)
-            _add_extras(row, jc, part, extras)
-            if part.segment.ended_at is None and to_finish:
-                row.to_finish_usd += to_finish.get(jc.job_id, 0.0)
-            members[key].add(jc.job_id)
-            buckets.add(key, part.segment, now)
-    ordered = sorted(rows.values(), key=lambda r: (-r.cost_usd, r.name))
+        grouped.add_job(jc, extras, to_finish, now)
+    members = grouped.members
+    ordered = sorted(grouped.rows.values(), key=lambda r: (-r.cost_usd, r.name))
     totals = ReportRow("TOTAL", jobs=len(costs))
     for row in ordered:
         row.jobs = len(members[row.name])
@@ -476,9 +508,9 @@ def build_report(
     series = buckets.series([r.name for r in ordered])
     burns = budget_burns(budgets, job_list, seg_list, now)
     found = top_fixes(costs, fixes or {}, to_finish or {})
-    return Report(
-        win, group, now, ordered, totals, costs, series, _notes(costs, totals), _markets(costs), burns, found
-    )
+    notes = [*source_notes, *_notes(costs, totals)]
+    return Report(win, group, now, ordered, totals, costs, series, notes, _markets(costs), burns, found,
+                  list(source_notes))  # fmt: skip
 
 
 def build_report_from(
@@ -491,5 +523,5 @@ def build_report_from(
     """:func:`build_report` over everything a :class:`~orchestrator.costs.inputs.ReportInputs` holds."""
     return build_report(
         inputs.jobs, inputs.segments, now, window, by, inputs.idle, inputs.lost, inputs.to_finish,
-        inputs.measured, budgets, inputs.fixes, inputs.tuned,
+        inputs.measured, budgets, inputs.fixes, inputs.tuned, inputs.notes,
     )  # fmt: skip

@@ -23,6 +23,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "everything": {
         "watchNamespaces": ["ml", "research"],
         "capacityProvider": "gke",
+        "cloud": "gcp",
+        "region": "us-central1",
         "gpuProducts": {"B200": ["NVIDIA-B200"]},
         "checkpoints": {"pvc": {"create": True, "storageClassName": "filestore"}},
         "serviceMonitor": {"enabled": True, "labels": {"release": "prom"}},
@@ -107,9 +109,12 @@ def test_rbac_is_least_privilege(rendered: dict[str, list[dict[str, Any]]]) -> N
     assert cluster_verbs <= {"get", "list", "watch"}
     assert {r for rule in cluster_role["rules"] for r in rule["resources"]} == {
         "nodes",
+        "nodepools",
         "namespaces",
         "customresourcedefinitions",
     }
+    pools = [rule for rule in cluster_role["rules"] if "nodepools" in rule["resources"]]
+    assert pools == [{"apiGroups": ["karpenter.sh"], "resources": ["nodepools"], "verbs": ["list"]}]
     none = rendered["no-rbac"]
     assert (
         not by_kind(none, "Role") and not by_kind(none, "ClusterRole") and not by_kind(none, "ServiceAccount")
@@ -134,6 +139,7 @@ def test_config_map_feeds_the_backend_settings(rendered: dict[str, list[dict[str
     (cm,) = by_kind(rendered["everything"], "ConfigMap")
     config = KubeConfig.from_dict(json.loads(cm["data"]["operator.json"]))
     assert config.capacity_provider == "gke"
+    assert (config.cloud, config.region) == ("gcp", "us-central1")
     assert config.products_for("B200") == ["NVIDIA-B200"]
     assert config.regrow_after_s == 600 and config.spot_shortage_after_s == 600
     assert cm["data"]["prices.csv"].startswith("cloud,instance_type")
@@ -155,6 +161,7 @@ def test_config_map_feeds_the_backend_settings(rendered: dict[str, list[dict[str
     assert default.trainer_security_context == RESTRICTED_SECURITY_CONTEXT
     # Kueue only when the chart names a queue; Karpenter's do-not-disrupt unless turned off.
     assert (default.kueue_queue, default.karpenter_do_not_disrupt) == (None, True)
+    assert (default.cloud, default.region) == (None, None)  # no pin: the cluster's zones alone
     assert (config.kueue_queue, config.karpenter_do_not_disrupt) == ("team-a", False)
 
 
@@ -173,6 +180,8 @@ def test_optional_service_monitor_and_pvcs(rendered: dict[str, list[dict[str, An
     "bad",
     [
         {"capacityProvider": "ibm"},
+        {"cloud": "ibm"},
+        {"region": "us east 1"},
         {"metrics": {"port": 0}},
         {"unknownKey": 1},
         {"watchNamespaces": ["Not_A_Namespace"]},
@@ -230,6 +239,19 @@ def test_the_teams_a_namespace_may_charge_reach_the_operator(
     assert config.namespaces_charging(team_budget(config, "ml-research", "ml")) == ("ml", "research")
 
 
+def test_per_user_limits_and_the_watched_namespaces_reach_the_operator() -> None:
+    budgets = {"users": {"alice": {"monthlyUsd": 300, "hourlyUsd": 40.5, "maxJobs": 3}, "bob": {"maxJobs": None}},
+               "defaultUser": {"maxJobs": 2}}  # fmt: skip
+    (cm,) = by_kind(render({"watchNamespaces": ["ml", "cv"], "budgets": budgets}), "ConfigMap")
+    config = parse_cost_config(cm["data"]["costs.yaml"])  # what the operator reads
+    alice, bob, carol = (config.users.of(u) for u in ("alice", "bob", "carol"))
+    assert (alice.monthly_usd, alice.hourly_usd, alice.max_jobs) == (300.0, 40.5, 3)
+    assert bob.max_jobs is None and carol.max_jobs == 2
+    assert config.spend_namespaces == ("ml", "cv")
+    (default_cm,) = by_kind(render({}), "ConfigMap")
+    assert "costs.yaml" not in default_cm["data"], "no budgets: nothing summed, no cost config"
+
+
 def test_unlisted_teams_share_the_other_teams_budget() -> None:
     (cm,) = by_kind(render({"budgets": {"otherTeamsMonthlyUsd": 0}}), "ConfigMap")
     config = parse_cost_config(cm["data"]["costs.yaml"])
@@ -241,6 +263,8 @@ def test_unlisted_teams_share_the_other_teams_budget() -> None:
     [
         ({"teams": {"a": -98}}, "/budgets/teams/a"),
         ({"otherTeamsMonthlyUsd": -1}, "/budgets/otherTeamsMonthlyUsd"),
+        ({"users": {"alice": {"maxJobs": 0}}}, "/budgets/users/alice/maxJobs"),
+        ({"defaultUser": {"monthly_usd": 5}}, "/budgets/defaultUser"),
         ({"teams": {"a": "lots"}}, "/budgets/teams/a"),
         (
             {"namespaceTeams": {"elsewhere": ["a"]}},

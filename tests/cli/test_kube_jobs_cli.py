@@ -74,9 +74,10 @@ async def test_gpujob_lifecycle_through_the_cli(
     assert [d["name"] for d in json.loads(out)] == ["trainer"]
 
     code, out = await asyncio.to_thread(_cli, capsys, "cancel", "trainer", *k)
-    assert code == 0 and "deleted" in out
-    code, _ = await asyncio.to_thread(_cli, capsys, "status", "trainer", *k)
-    assert code == 2, "a deleted job is not found"
+    assert code == 0 and "cancel requested for gpujob/trainer" in out  # the operator cancels it
+    assert (await asyncio.to_thread(client.get_gpujob, "trainer", "ml"))["spec"]["cancel"] is True
+    code, out = await asyncio.to_thread(_cli, capsys, "status", "trainer", *k, "-o", "json")
+    assert code == 0 and json.loads(out)["cost_usd"] == 12.5, "a cancelled GPUJob is kept with its cost"
 
 
 @pytest.mark.asyncio
@@ -157,7 +158,7 @@ async def test_team_budget_counts_the_costs_in_the_teams_gpujobs(
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("GPUCTL_HOME", str(home))
-    (home / "config.yaml").write_text("budgets: {teams: {vision: 100}}\n")
+    (home / "config.yaml").write_text("budgets: {teams: {vision: 100}, namespace_teams: {ml: [vision]}}\n")
     k = ("--backend", "kubernetes", "--namespace", "ml")
     job = tmp_path / "job.yaml"
     job.write_text("name: first\nteam: vision\ncommand: train.py\nresources: {gpu_types: [A10G], nodes: 1}\n")

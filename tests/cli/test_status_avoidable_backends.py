@@ -37,9 +37,7 @@ async def _gpujob(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, status: dict[str, Any]
 ) -> None:
     job = tmp_path / f"{name}.yaml"
-    job.write_text(
-        f"name: {name}\nteam: vision\ncommand: train.py\nresources: {{gpu_types: [A10G], nodes: 1}}\n"
-    )
+    job.write_text(f"name: {name}\nteam: ml\ncommand: train.py\nresources: {{gpu_types: [A10G], nodes: 1}}\n")
     code, _ = await asyncio.to_thread(_cli, capsys, "submit", str(job), *K, "--detach")
     assert code == 0
     await asyncio.to_thread(client.patch_gpujob_status, name, "ml", status)
@@ -66,7 +64,7 @@ async def test_a_gpujobs_measured_gpu_use_is_priced_in_status(
     assert fixes["larger-batch"]["counted"] is False and fixes["larger-batch"]["share"] == pytest.approx(0.6)
     code, out = await asyncio.to_thread(_cli, capsys, "status", "priced", *K)
     line = next(s for s in out.splitlines() if s.startswith("avoidable spend"))
-    assert "of team vision's last 30 days" in line and "step timings not measured" in line
+    assert "of team ml's last 30 days" in line and "step timings not measured" in line
 
 
 @pytest.mark.asyncio

@@ -52,7 +52,35 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- if $b.teams -}}{{- $_ := set $budgets "teams" $b.teams -}}{{- end -}}
 {{- if not (kindIs "invalid" $b.otherTeamsMonthlyUsd) -}}{{- $_ := set $budgets "other_teams_monthly_usd" $b.otherTeamsMonthlyUsd -}}{{- end -}}
 {{- if $b.namespaceTeams -}}{{- $_ := set $budgets "namespace_teams" $b.namespaceTeams -}}{{- end -}}
+{{- if $b.users -}}
+{{- $users := dict -}}
+{{- range $user, $limits := $b.users -}}
+{{- $_ := set $users $user (include "gpuctl.userLimits" $limits | fromYaml) -}}
+{{- end -}}
+{{- $_ := set $budgets "users" $users -}}
+{{- end -}}
+{{- if $b.defaultUser -}}{{- $_ := set $budgets "default_user" (include "gpuctl.userLimits" $b.defaultUser | fromYaml) -}}{{- end -}}
 {{- if $budgets -}}
+{{- /* spend is summed over the GPUJobs of the watched namespaces, where the operator's Roles list them */ -}}
+{{- $_ := set $budgets "spend_namespaces" $watched -}}
 {{- dict "budgets" $budgets | toYaml -}}
 {{- end -}}
+{{- end -}}
+
+{{- /* One user's limits (budgets.users.NAME, budgets.defaultUser) as the cost config spells them. */ -}}
+{{- define "gpuctl.userLimits" -}}
+{{- $out := dict -}}
+{{- if hasKey . "monthlyUsd" -}}{{- $_ := set $out "monthly_usd" .monthlyUsd -}}{{- end -}}
+{{- if hasKey . "hourlyUsd" -}}{{- $_ := set $out "hourly_usd" .hourlyUsd -}}{{- end -}}
+{{- if hasKey . "maxJobs" -}}{{- $_ := set $out "max_jobs" .maxJobs -}}{{- end -}}
+{{- toYaml $out -}}
+{{- end -}}
+
+{{- /* The ledger database's URL, from the Secret named in database.existingSecret (never a value). */ -}}
+{{- define "gpuctl.databaseEnv" -}}
+- name: GPUCTL_DATABASE_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.database.existingSecret }}
+      key: {{ .Values.database.secretKey }}
 {{- end -}}

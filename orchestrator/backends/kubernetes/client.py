@@ -15,7 +15,8 @@ from contextlib import contextmanager, suppress
 from typing import Any
 
 from orchestrator import extras
-from orchestrator.backends.kubernetes.crd import API_VERSION, GROUP, KIND, PLURAL, VERSION
+from orchestrator.backends.kubernetes.cluster_zones import NODEPOOL_GROUP, NODEPOOL_PLURAL, NODEPOOL_VERSION
+from orchestrator.backends.kubernetes.crd import API_VERSION, CANCEL_FIELD, GROUP, KIND, PLURAL, VERSION
 from orchestrator.backends.kubernetes.manifests import ANNOTATION_JOB, LABEL_ATTEMPT, LABEL_JOB, job_label
 from orchestrator.errors import (
     GpuctlError,
@@ -192,6 +193,47 @@ def list_gpujobs(namespace: str, api: Any | None = None) -> list[dict[str, Any]]
     return list(listing.get("items", []))
 
 
+def list_gpujobs_everywhere(api: Any | None = None) -> list[dict[str, Any]]:
+    """The GPUJobs of every namespace (needs ``list`` on gpujobs cluster-wide)."""
+    custom = _custom_api(api)
+    listing = _call(
+        "list GPUJobs in all namespaces", custom.list_cluster_custom_object, GROUP, VERSION, PLURAL
+    )
+    return list(listing.get("items", []))
+
+
+def list_namespace_names(api: Any | None = None) -> list[str]:
+    """The cluster's namespaces (PermanentError: this account may not list them)."""
+    core = _core_api(api)
+    return [str(n.metadata.name) for n in _call("list namespaces", core.list_namespace).items]
+
+
+def current_context() -> str | None:
+    """The name of the kubeconfig's current context (``$KUBECONFIG`` or ~/.kube/config); None without one."""
+    _require_client()
+    try:
+        _, active = k8s_config.list_kube_config_contexts(config_file=os.environ.get("KUBECONFIG"))  # type: ignore[no-untyped-call]
+    except (k8s_config.ConfigException, OSError):
+        return None
+    return str(active["name"]) if active and active.get("name") else None
+
+
+def request_gpujob_cancel(name: str, namespace: str, api: Any | None = None) -> None:
+    """Mark the GPUJob cancelled (``spec.cancel: true``, a merge patch): the operator's next pass
+    cancels it through the engine; the GPUJob stays."""
+    custom = _custom_api(api)
+    _call(
+        f"cancel GPUJob {name}",
+        custom.patch_namespaced_custom_object,
+        GROUP,
+        VERSION,
+        namespace,
+        PLURAL,
+        name,
+        {"spec": {CANCEL_FIELD: True}},
+    )
+
+
 def delete_gpujob(name: str, namespace: str, api: Any | None = None) -> None:
     custom = _custom_api(api)
     _call(
@@ -358,14 +400,36 @@ def delete_service(
         _call(f"delete service {name}", core.delete_namespaced_service, name, namespace)
 
 
-def list_node_names(api: Any | None = None) -> set[str] | None:
-    """Names of the cluster's nodes; ``None`` when this account may not list nodes."""
+def list_nodes(api: Any | None = None) -> list[dict[str, Any]] | None:
+    """The cluster's nodes; ``None`` when this account may not list nodes."""
     core = _core_api(api)
     try:
         listing = _call("list nodes", core.list_node)
     except (PermanentError, NotFoundError):
         return None
-    return {str(n.metadata.name) for n in listing.items}
+    return [_dict(core.api_client, n) for n in listing.items]
+
+
+def node_names(nodes: list[dict[str, Any]] | None) -> set[str] | None:
+    """The names of ``nodes`` (``None``: not listable)."""
+    return None if nodes is None else {str(n["metadata"]["name"]) for n in nodes}
+
+
+def list_node_pools(api: Any | None = None) -> list[dict[str, Any]]:
+    """The cluster's Karpenter NodePools (``karpenter.sh/v1``); none when the CRD is not installed
+    (404) or this account may not list them."""
+    custom = _custom_api(api)
+    try:
+        listing = _call(
+            "list NodePools",
+            custom.list_cluster_custom_object,
+            NODEPOOL_GROUP,
+            NODEPOOL_VERSION,
+            NODEPOOL_PLURAL,
+        )
+    except (PermanentError, NotFoundError):
+        return []
+    return list(listing.get("items", []))
 
 
 def pod_logs(

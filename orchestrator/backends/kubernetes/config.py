@@ -117,6 +117,12 @@ class KubeConfig:
     karpenter_do_not_disrupt: bool = True
     """Mark training pods ``karpenter.sh/do-not-disrupt`` (the chart's ``karpenterDoNotDisrupt``): no
     consolidation or drift replaces a node under a running attempt."""
+    cloud: str | None = None
+    """The cluster's cloud (the chart's ``cloud``): only the price catalog's offers of this cloud are
+    placed (None: whatever the cluster's nodes and NodePools show,
+    :mod:`orchestrator.backends.kubernetes.cluster_zones`)."""
+    region: str | None = None
+    """The cluster's region (the chart's ``region``): only offers in this region are placed."""
 
     def __post_init__(self) -> None:
         if self.kueue_queue is not None and not re.fullmatch(NAME_PATTERN, self.kueue_queue):

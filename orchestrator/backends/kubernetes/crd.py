@@ -33,6 +33,8 @@ SINGULAR = "gpujob"
 KIND = "GPUJob"
 SHORT_NAME = "gj"
 API_VERSION = f"{GROUP}/{VERSION}"
+CANCEL_FIELD = "cancel"
+"""The ``spec`` field that asks the operator to cancel the job (:mod:`.gpujob`); not a job spec field."""
 
 DEFAULT_CRD_PATH = Path("charts/gpuctl/crds/gpujob.yaml")
 
@@ -125,6 +127,11 @@ def spec_openapi_schema() -> dict[str, Any]:
     structural = to_structural(schema, schema.get("$defs", {}))
     structural["required"] = [r for r in structural.get("required", []) if r != "name"]
     structural["properties"]["name"]["description"] = "job name; defaults to metadata.name"
+    structural["properties"][CANCEL_FIELD] = {
+        "type": "boolean",
+        "description": "true: the operator cancels the job (pods get the checkpoint notice, then stop; state "
+        "CANCELLED); the GPUJob, its status and its cost stay until it is deleted",
+    }
     return structural
 
 

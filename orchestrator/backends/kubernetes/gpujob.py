@@ -1,4 +1,12 @@
-"""A GPUJob as the API server has it: the JobSpec of its ``spec``, and the merge patch of its ``status``."""
+"""A GPUJob as the API server has it: the JobSpec of its ``spec``, its cancel mark, and the merge patch
+of its ``status``.
+
+``spec.cancel: true`` asks the operator to cancel the job (``gpuctl cancel --backend kubernetes``, or
+``kubectl patch gpujob NAME --type merge -p '{"spec":{"cancel":true}}'``): its next pass ends it through
+the engine as ``gpuctl cancel`` does locally (the pods get the notice and stop, the open segment is
+closed, the state is ``CANCELLED``) and the GPUJob with its status and cost stays until it is deleted.
+Only who may patch the GPUJob can set it: the operator never writes ``spec``, and a job's pods have
+no credentials for the API server (their monitors push only progress and GPU use to the intake)."""
 
 from __future__ import annotations
 
@@ -8,6 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from orchestrator.backends.kubernetes.crd import CANCEL_FIELD
 from orchestrator.backends.kubernetes.manifests import check_kube_env, derived_name
 from orchestrator.errors import SpecError
 from orchestrator.spec import JobSpec
@@ -35,7 +44,7 @@ def job_spec(name: str, namespace: str, spec: Mapping[str, Any]) -> JobSpec:
             ],
         )
     default_name = name if re.fullmatch(NAME_PATTERN, name) else derived_name(name)
-    data = {"name": default_name, **dict(spec), "user": namespace}
+    data = {"name": default_name, **{k: v for k, v in spec.items() if k != CANCEL_FIELD}, "user": namespace}
     try:
         job = JobSpec.model_validate(data)
     except ValidationError as exc:
@@ -43,6 +52,11 @@ def job_spec(name: str, namespace: str, spec: Mapping[str, Any]) -> JobSpec:
         raise SpecError(f"GPUJob {namespace}/{name}", problems) from None
     check_kube_env(job, f"GPUJob {namespace}/{name}")  # from_env: only secretKeyRef reaches pods
     return job
+
+
+def cancel_requested(spec: Mapping[str, Any]) -> bool:
+    """Whether the GPUJob's ``spec`` asks the operator to cancel it (``spec.cancel: true``)."""
+    return spec.get(CANCEL_FIELD) is True
 
 
 def status_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:

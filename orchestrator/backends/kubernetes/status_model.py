@@ -26,9 +26,9 @@ from orchestrator.state.gpu_usage import GpuUsage, UsageTotals
 from orchestrator.state.job_state import STATUS_KEYS, JobState
 from orchestrator.times import iso_z
 
-CONDITION_REASONS = ("Placed", "Running", "Preempted", "Rescaled", "Succeeded", "Failed")
+CONDITION_REASONS = ("Placed", "Running", "Preempted", "Rescaled", "Succeeded", "Failed", "Cancelled")
 WAITING_REASONS = ("Pending", "Placing", "NoSpot", "Checkpoint", "Queued", "Unschedulable", "Starting",
-                   "Rescaling", "Preempted", "Recovering", "Launching")  # fmt: skip
+                   "Rescaling", "Preempted", "Recovering", "Launching", "UserJobs", "UserHourly")  # fmt: skip
 """Reasons of the ``Waiting`` condition: the wait's code (orchestrator/controller/waiting.py) in CamelCase."""
 
 _DATE_TIME = {"format": "date-time"}

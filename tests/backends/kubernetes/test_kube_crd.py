@@ -10,7 +10,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from orchestrator.backends.kubernetes.crd import gpujob_crd, render_crd_yaml, to_structural
+from orchestrator.backends.kubernetes.crd import CANCEL_FIELD, gpujob_crd, render_crd_yaml, to_structural
 from orchestrator.spec import JobSpec
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -59,7 +59,8 @@ def test_schema_is_structural() -> None:
 
 def test_every_job_spec_field_is_in_the_crd() -> None:
     spec_props = crd_schema()["properties"]["spec"]["properties"]
-    assert set(spec_props) == set(JobSpec.model_fields)
+    assert set(spec_props) == set(JobSpec.model_fields) | {CANCEL_FIELD}  # the cancel mark: the operator's
+    assert spec_props[CANCEL_FIELD]["type"] == "boolean"
     nodes = spec_props["resources"]["properties"]["nodes"]
     assert nodes.get("x-kubernetes-preserve-unknown-fields") is True
     assert spec_props["command"].get("x-kubernetes-preserve-unknown-fields") is True

@@ -78,7 +78,8 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeApi]:
     api = FakeApi(nodes=2)
     for call in ("get_gpujob", "patch_gpujob_status", "list_job_pods", "create_pod", "delete_pod"):
         monkeypatch.setattr(client, call, getattr(api, call))
-    monkeypatch.setattr(client, "list_node_names", lambda api=None: None)
+    monkeypatch.setattr(client, "list_nodes", lambda api=None: None)
+    monkeypatch.setattr(client, "list_node_pools", lambda api=None: [])
     monkeypatch.setattr(client, "read_container_log", lambda *a, **k: "")
     monkeypatch.setattr(client, "ensure_service", lambda *a, **k: None)
     monkeypatch.setattr(client, "delete_service", lambda *a, **k: None)

@@ -353,8 +353,11 @@ async def test_team_budget_in_the_cost_config_refuses_at_admission(
     cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     config = tmp_path / "costs.yaml"
-    # the chart's budgets, mounted: unlisted teams (such as "default") share $100,000 a month
-    config.write_text("budgets: {teams: {vision: 10}, other_teams_monthly_usd: 100000}\n")
+    # the chart's budgets, mounted: unlisted teams (such as "default") share $100,000 a month, and
+    # namespace default may charge vision too
+    config.write_text(
+        "budgets: {teams: {vision: 10}, other_teams_monthly_usd: 100000, namespace_teams: {default: [default, vision]}}\n"
+    )
     monkeypatch.setenv(COST_CONFIG_ENV, str(config))
     body = gpujob("vision-big", 1)  # 8 H100 on spot: more than $10 an hour
     body["spec"]["team"] = "vision"
