@@ -416,7 +416,11 @@ def job_document(store: JobStore, job_id: str, running: dict[str, bool] | None =
         else None
     )
     holder = None if job.status.terminal else lease_holder(store.connections, job.id)
-    managed = True if holder is not None else _managed(store, job, running)  # a controller elsewhere holds it
+    if store.sqlite:  # one controller per home, whose lock dies with it: a dead one's lease is no manager
+        managed = _managed(store, job, running)
+        holder = holder if managed else None
+    else:  # PostgreSQL: a controller on any machine may hold the job's lease
+        managed = True if holder is not None else _managed(store, job, running)
     document = local_document(job, store.segments(job.id), progress, store.summary(job.id), gpu_usage=usage,
                               state=state, forecast=found, managed=managed)  # fmt: skip
     return document.model_copy(update={"controller": holder}).as_json()
