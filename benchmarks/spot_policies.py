@@ -18,7 +18,6 @@ constants chosen on the other sets only, over job settings from 1.05x to 2x the 
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 import time
@@ -26,8 +25,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from spot_policies_args import AVAILABILITY, parser, print_header, print_row, summary_line
+
 from orchestrator.policies import synthetic
-from orchestrator.policies.daily import MARKET_LOG_H
 from orchestrator.policies.evaluate import evaluate, savings_share
 from orchestrator.policies.market import DEFAULT_POLICY, POLICIES, market_policy
 from orchestrator.policies.planning import PlanAheadPolicy
@@ -35,22 +35,12 @@ from orchestrator.policies.simulator import SimJob
 from orchestrator.policies.traces import AvailabilityTrace, load_traces
 from orchestrator.policies.validation import (
     BASELINES,
-    TOLERANCE,
     Row,
-    Summary,
     evaluate_rows,
     leave_one_set_out,
     summarise,
 )
 
-_REPO = Path(__file__).resolve().parents[1]
-# ../shared next to the main checkout; worktrees one level deeper look one more level up
-_CANDIDATES = [
-    _REPO.parent / "shared" / "data" / "spot-traces",
-    _REPO.parent.parent / "shared" / "data" / "spot-traces",
-]
-DEFAULT_TRACES = next((c for c in _CANDIDATES if c.is_dir()), _CANDIDATES[0])
-SUBDIR = Path("availability/1-node/aws-02-15-2023")
 DEADLINES = (52.0, 70.0)
 
 
@@ -65,18 +55,10 @@ def zone_sets(files: list[Path]) -> list[tuple[str, list[Path]]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--traces", type=Path, default=DEFAULT_TRACES, help="the spot-traces folder")
-    ap.add_argument("--starts", type=int, default=None, help="start points per row (300; --heldout: 200)")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--markdown", action="store_true", help="print a markdown table")
+    ap = parser(__doc__.splitlines()[0], "default 300; --heldout: 200")
     ap.add_argument("--heldout", action="store_true", help="the leave-one-set-out table")
-    ap.add_argument(
-        "--market-log-hours", type=float, default=MARKET_LOG_H,
-        help="hours of the trace before each start given to the policies (default 168; 0: none)",
-    )  # fmt: skip
     args = ap.parse_args(argv)
-    folder = args.traces / SUBDIR if (args.traces / SUBDIR).is_dir() else args.traces
+    folder = args.traces / AVAILABILITY if (args.traces / AVAILABILITY).is_dir() else args.traces
     files = sorted(folder.glob("*.json"))
     if not files:
         print(f"no traces under {folder}; pass --traces DIR", file=sys.stderr)
@@ -87,9 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     names = list(POLICIES)
     scored = list(dict.fromkeys([DEFAULT_POLICY, PlanAheadPolicy.name]))
     header = ["zones", "deadline h", *names, "omniscient", *(f"{n} share" for n in scored)]
-    print("| " + " | ".join(header) + " |" if args.markdown else "\t".join(header))
-    if args.markdown:
-        print("|" + "---|" * len(header))
+    print_header(header, args.markdown)
     shares: dict[str, list[float]] = {n: [] for n in scored}
     above: dict[str, float] = {n: -1.0 for n in scored}
     misses: dict[str, float] = {}
@@ -116,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
                 if share is not None:
                     shares[n].append(share)
                 cells.append("-" if share is None else f"{share:.2f}")
-            print("| " + " | ".join(cells) + " |" if args.markdown else "\t".join(cells), flush=True)
+            print_row(cells, args.markdown)
     print()
     print(f"default policy: {DEFAULT_POLICY}")
     for n in scored:
@@ -165,10 +145,7 @@ def heldout(files: list[Path], starts: int, seed: int, markdown: bool, market_lo
     folds = leave_one_set_out(rows, list(CANDIDATES))
     header = ["held-out set", "zones", "deadline x, changeover h, spot/od", "best baseline", "reserve-slack",
               "plan-ahead (chosen)", "above best ± s.e.", "omniscient", "share"]  # fmt: skip
-    sep = " | " if markdown else "\t"
-    print(("| " if markdown else "") + sep.join(header) + (" |" if markdown else ""))
-    if markdown:
-        print("|" + "---|" * len(header))
+    print_header(header, markdown)
     scored: list[tuple[Row, str]] = []
     for fold in folds:
         for r in fold.rows:
@@ -180,27 +157,19 @@ def heldout(files: list[Path], starts: int, seed: int, markdown: bool, market_lo
                 f"{r.regret(fold.chosen):+.3f} ± {r.regret_se.get(fold.chosen, 0.0):.3f}",
                 f"{r.omniscient:.3f}", "-" if share is None else f"{share:.2f}",
             ]  # fmt: skip
-            print(("| " if markdown else "") + sep.join(cells) + (" |" if markdown else ""), flush=True)
+            print_row(cells, markdown)
     print()
     for fold in folds:
         s = summarise([(r, fold.chosen) for r in fold.rows])
-        print(f"{fold.trace_set}: chose {fold.chosen} on the other sets; {_line(s)}")
-    print(f"held out, all sets: {_line(summarise(scored))}")
+        print(f"{fold.trace_set}: chose {fold.chosen} on the other sets; {summary_line(s)}")
+    print(f"held out, all sets: {summary_line(summarise(scored))}")
     for name in ("reserve-slack", *CANDIDATES):
         print(
-            f"{name} everywhere (in-sample for plan-ahead's choice): {_line(summarise([(r, name) for r in rows]))}"
+            f"{name} everywhere (in-sample for plan-ahead's choice): {summary_line(summarise([(r, name) for r in rows]))}"
         )
     print(f"elapsed: {time.perf_counter() - began:.1f} s for {starts} starts per row")
     print(f"market log before each start: {market_log_h:g} h")
     return 0
-
-
-def _line(s: Summary) -> str:
-    return (
-        f"{s.rows} rows, {s.above_tolerance} more than {TOLERANCE} above the best baseline "
-        f"({s.clearly_above} by more than two standard errors; worst {s.worst_regret:+.3f}), mean share of omniscient savings {s.mean_share:.2f}, "
-        f"deadlines met {s.min_met:.0%} (lowest row)"
-    )
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ point), the share of the omniscient savings, and the deadline-met fraction.
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 import time
@@ -26,29 +25,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from orchestrator.policies.daily import MARKET_LOG_H
+from spot_policies_args import AVAILABILITY, PREEMPTION, parser, print_header, print_row, summary_line
+
 from orchestrator.policies.market import market_policy
 from orchestrator.policies.planning import PlanAheadPolicy
 from orchestrator.policies.traces import AvailabilityTrace, load_traces
-from orchestrator.policies.validation import (
-    BASELINES,
-    TOLERANCE,
-    Row,
-    Summary,
-    evaluate_rows,
-    leave_traces_out,
-    summarise,
-)
+from orchestrator.policies.validation import BASELINES, Row, evaluate_rows, leave_traces_out, summarise
 
-_REPO = Path(__file__).resolve().parents[1]
-# ../shared next to the main checkout; worktrees one level deeper look one more level up
-_FOLDERS = [
-    _REPO.parent / "shared" / "data" / "spot-traces",
-    _REPO.parent.parent / "shared" / "data" / "spot-traces",
-]
-DEFAULT_TRACES = next((c for c in _FOLDERS if c.is_dir()), _FOLDERS[0])
-SUBDIR = Path("availability/1-node/aws-02-15-2023")
-PREEMPTION = Path("preemption/4-node/aws-08-03-2023")
 AVAILABILITY_GROUPS = {
     "us-east-1 (1a,1c,1d,1f)": ("us-east-1a", "us-east-1c", "us-east-1d", "us-east-1f"),
     "us-east-2 (2a,2b)": ("us-east-2a", "us-east-2b"),
@@ -67,7 +50,7 @@ BEFORE = "unbounded"
 
 def real_sets(root: Path) -> tuple[dict[str, list[tuple[str, AvailabilityTrace]]], dict[str, frozenset[str]]]:
     """The rows' trace groups by set, and each group's trace files (set/zone names)."""
-    avail = sorted((root / SUBDIR).glob("*.json"))
+    avail = sorted((root / AVAILABILITY).glob("*.json"))
     preempt = sorted((root / PREEMPTION).glob("*.json"))
     files: dict[str, frozenset[str]] = {}
     sets: dict[str, list[tuple[str, AvailabilityTrace]]] = {"availability": [], "preemption": []}
@@ -92,16 +75,12 @@ def real_sets(root: Path) -> tuple[dict[str, list[tuple[str, AvailabilityTrace]]
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--traces", type=Path, default=DEFAULT_TRACES, help="the spot-traces folder")
-    ap.add_argument("--starts", type=int, default=100, help="start points per row (default 100)")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--markdown", action="store_true")
+    ap = parser(__doc__.splitlines()[0], "default 100")
     ap.add_argument(
         "--candidates", default=",".join(CANDIDATES), help="plan-ahead candidates, comma-separated"
     )
-    ap.add_argument("--market-log-hours", type=float, default=MARKET_LOG_H)
     args = ap.parse_args(argv)
+    starts = args.starts or 100
     sets, files = real_sets(args.traces)
     if not any(sets.values()):
         print(f"no traces under {args.traces}; pass --traces DIR", file=sys.stderr)
@@ -115,20 +94,18 @@ def main(argv: list[str] | None = None) -> int:
     policies = {name: market_policy(name) for name in BASELINES}
     policies.update({name: CANDIDATES[name] for name in names})
     policies[BEFORE] = PlanAheadPolicy(lag_share=math.inf)
-    rows = evaluate_rows(
-        sets, policies, starts=args.starts, seed=args.seed, market_log_h=args.market_log_hours
-    )
+    rows = evaluate_rows(sets, policies, starts=starts, seed=args.seed, market_log_h=args.market_log_hours)
     scored = leave_traces_out(rows, names, files)
     _print_rows(scored, args.markdown)
     print()
     for set_name in sets:
         part = [(r, c) for r, c in scored if r.trace_set == set_name]
         if part:
-            print(f"{set_name}, held out: {_line(summarise(part))}")
-    print(f"all real rows, held out: {_line(summarise(scored))}")
+            print(f"{set_name}, held out: {summary_line(summarise(part))}")
+    print(f"all real rows, held out: {summary_line(summarise(scored))}")
     for name in (*names, BEFORE):
-        print(f"{name} everywhere (in-sample): {_line(summarise([(r, name) for r in rows]))}")
-    print(f"elapsed: {time.perf_counter() - began:.1f} s for {args.starts} starts per row")
+        print(f"{name} everywhere (in-sample): {summary_line(summarise([(r, name) for r in rows]))}")
+    print(f"elapsed: {time.perf_counter() - began:.1f} s for {starts} starts per row")
     return 0
 
 
@@ -136,11 +113,7 @@ def _print_rows(scored: list[tuple[Row, str]], markdown: bool) -> None:
     header = ["set", "zones", "deadline x, changeover h, spot/od", "best baseline", "chosen", "cost",
               "above best ± s.e.", "omniscient", "share", "met", f"{BEFORE}: above best ± s.e.",
               f"{BEFORE}: share"]  # fmt: skip
-    sep = " | " if markdown else "\t"
-    wrap = ("| ", " |") if markdown else ("", "")
-    print(wrap[0] + sep.join(header) + wrap[1])
-    if markdown:
-        print("|" + "---|" * len(header))
+    print_header(header, markdown)
     for r, chosen in scored:
         share = r.share(chosen)
         cells = [
@@ -149,20 +122,12 @@ def _print_rows(scored: list[tuple[Row, str]], markdown: bool) -> None:
             "-" if share is None else f"{share:.2f}", f"{r.met[chosen]:.0%}",
             f"{r.regret(BEFORE):+.3f} ± {r.regret_se.get(BEFORE, 0.0):.3f}", _share(r, BEFORE),
         ]  # fmt: skip
-        print(wrap[0] + sep.join(cells) + wrap[1], flush=True)
+        print_row(cells, markdown)
 
 
 def _share(r: Row, name: str) -> str:
     share = r.share(name)
     return "-" if share is None else f"{share:.2f}"
-
-
-def _line(s: Summary) -> str:
-    return (
-        f"{s.rows} rows, {s.above_tolerance} more than {TOLERANCE} above the best baseline "
-        f"({s.clearly_above} by more than two s.e.; worst {s.worst_regret:+.3f}), "
-        f"mean share of omniscient savings {s.mean_share:.2f}, deadlines met {s.min_met:.0%} (lowest row)"
-    )
 
 
 if __name__ == "__main__":

@@ -38,8 +38,11 @@ class MarketPolicy(ABC):
         )
 
 
+_WAIT, _SPOT, _ON_DEMAND = int(Action.WAIT), int(Action.SPOT), int(Action.ON_DEMAND)  # plain ints
+
+
 def choose_actions(n: int, od: BoolArray, spot: BoolArray, zone: IntArray) -> tuple[IntArray, IntArray]:
-    action = np.full(n, int(Action.WAIT), dtype=np.int64)
-    action[spot] = Action.SPOT
-    action[od] = Action.ON_DEMAND
-    return action, np.where(action == Action.SPOT, zone, -1).astype(np.int64)
+    action = np.full(n, _WAIT, dtype=np.int64)
+    action[spot] = _SPOT
+    action[od] = _ON_DEMAND
+    return action, np.where(action == _SPOT, zone, -1).astype(np.int64)

@@ -44,6 +44,9 @@ class Action(IntEnum):
         return {Action.WAIT: None, Action.SPOT: MarketKind.SPOT, Action.ON_DEMAND: MarketKind.ON_DEMAND}[self]
 
 
+_SPOT = int(Action.SPOT)  # a plain int where every row of every tick compares with it
+
+
 def action_from_market(market: MarketKind | None) -> Action:
     if market is None:
         return Action.WAIT
@@ -302,5 +305,5 @@ class MarketBatch:
         """Rows now running spot in a zone that still has capacity."""
         rows = np.arange(self.market.shape[0])
         zone = np.maximum(self.zone, 0)
-        riding: BoolArray = (self.market == Action.SPOT) & (self.zone >= 0) & self.spot_available[rows, zone]
+        riding: BoolArray = (self.market == _SPOT) & (self.zone >= 0) & self.spot_available[rows, zone]
         return riding

@@ -67,26 +67,32 @@ def omniscient(trace: AvailabilityTrace, job: SimJob, starts: IntArray) -> SimRe
     best = np.full(n, inf, dtype=np.float32)
     always = np.ones((1, n), dtype=bool)
 
+    # in place: the arrays are (modes, starts, slack) at every tick, the loop runs every tick
+    mins = np.empty((n, size), dtype=np.float32)
     for tau in range(w_last + slack + 1):
-        up = np.concatenate([always, up_all[:, starts + tau]])[:, :, None]  # (modes, n, 1)
+        down = ~np.concatenate([always, up_all[:, starts + tau]])[:, :, None]  # (modes, n, 1)
         slot = tau % ring
-        w = np.minimum(warm, arr[slot]) if co > 0 else warm
+        w = warm
+        if co > 0:
+            np.minimum(w, arr[slot], out=w)
         arr[slot].fill(inf)
         if co == 0:  # a launch is instant: free states may become warm where the zone is up
-            w = np.minimum(w, free[None])
+            np.minimum(w, free[None], out=w)
         # anything warm may stop (or lose its spot): it becomes free at the same lost time
-        free = np.minimum(free, w.min(axis=0))
-        w = np.where(up, w, inf)
+        np.minimum(free, w.min(axis=0, out=mins), out=free)
+        np.copyto(w, inf, where=down)
         lost = tau - w_last
         if 0 <= lost < size:  # warm with w_last ticks of work done: one last partial tick
             best = np.minimum(best, (w[:, :, lost] + f_last * tick_price[:, None]).min(axis=0))
         if co > 0 and size > co:  # launches land warm co ticks later, co ticks more lost
-            ok = np.concatenate([always, win_all[:, starts + tau]])[:, :, None]
-            arr[(tau + co) % ring, :, :, co:] = np.where(ok, free[None, :, : size - co] + launch_price, inf)
-        warm = w + run_price
-        shifted = np.full((n, size), inf, dtype=np.float32)
-        shifted[:, 1:] = free[:, :-1]
-        free = shifted
+            closed = ~np.concatenate([always, win_all[:, starts + tau]])[:, :, None]
+            landing = arr[(tau + co) % ring, :, :, co:]
+            np.add(free[None, :, : size - co], launch_price, out=landing)
+            np.copyto(landing, inf, where=closed)
+        np.add(w, run_price, out=w)
+        warm = w
+        free[:, 1:] = free[:, :-1].copy()
+        free[:, 0] = inf
     best64 = best.astype(np.float64)
     nan = np.full(n, np.nan)
     return SimResult(

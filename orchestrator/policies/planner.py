@@ -257,6 +257,8 @@ def plan(
         two whole steps."""
         lo = math.floor(after)
         frac = after - lo
+        if frac == 0.0:  # on a whole step (the same values as the blend below: they are finite)
+            return at(values[(tau - lo) % ring], lo)
         return (1.0 - frac) * at(values[(tau - lo) % ring], lo) + frac * at(
             values[(tau - lo - 1) % ring], lo + 1
         )
@@ -269,7 +271,7 @@ def plan(
         w_iu, w_id = at(values[(tau - 1) % ring][0], 1), at(values[(tau - 1) % ring][1], 1)
         l_iu, l_id, l_ou, l_od, l_r = landed(tau, c_idle)
         spot_launch = c * ps + surv_idle * l_r + (1.0 - surv_idle) * (q * l_iu + (1.0 - q) * l_id)
-        m_iu, m_id, _, _, m_r = landed(tau, c_od)
+        m_iu, m_id, _, _, m_r = (l_iu, l_id, l_ou, l_od, l_r) if c_od == c_idle else landed(tau, c_od)
         spot_from_od = c * ps + surv_od * m_r + (1.0 - surv_od) * (q * m_iu + (1.0 - q) * m_id)
         wait_up = uu * w_iu + (1.0 - uu) * w_id
         wait_down = du * w_iu + (1.0 - du) * w_id
@@ -363,13 +365,21 @@ class PlanCache:
         c = np.zeros_like(a) if cycle is None else cycle
         keys = c * _MODEL_KEYS + (a * len(_FAILOVER_BINS) + q) * len(_LOSS_BINS) + m
         lacking = self.slot[keys] < 0
-        if lacking.any():  # plan the missing models and their neighbours (rates drift between bins)
+        if lacking.any():
+            # plan the missing models and their neighbours (rates drift between bins), with a cycle
+            # in every phase of its strength (the deadline's hour differs from start to start): one
+            # batch costs little more than one table
             near = np.arange(-1, 2)
             a_near = np.clip(a[lacking][:, None, None] + near[None, :, None], 0, len(_LOSS_BINS) - 1)
             m_near = np.clip(m[lacking][:, None, None] + near[None, None, :], 0, len(_LOSS_BINS) - 1)
             tile = (a_near * len(_FAILOVER_BINS) + q[lacking][:, None, None]) * len(_LOSS_BINS) + m_near
-            tile = tile + c[lacking][:, None, None] * _MODEL_KEYS
-            wanted = np.unique(tile)
+            cyc = c[lacking]
+            phases = np.where(
+                cyc[:, None] > 0,
+                (cyc[:, None] - 1) // _PHASE_BINS * _PHASE_BINS + 1 + np.arange(_PHASE_BINS)[None, :],
+                0,
+            )
+            wanted = np.unique(tile[:, None] + phases[:, :, None, None] * _MODEL_KEYS)
             self._add([int(key) for key in wanted[self.slot[wanted] < 0]])
         g = self.grid
         t = np.clip(np.rint(time_left_h / g.step_h), 1, g.time_steps - 1).astype(np.int64)

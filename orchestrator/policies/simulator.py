@@ -26,6 +26,7 @@ from orchestrator.policies.rescale import check_node_range, relative_throughput,
 from orchestrator.policies.traces import AvailabilityTrace
 
 _EPS = 1e-9
+_WAIT, _SPOT, _ON_DEMAND = int(Action.WAIT), int(Action.SPOT), int(Action.ON_DEMAND)  # ints in the loop
 
 
 @dataclass(frozen=True)
@@ -200,9 +201,9 @@ def simulate(
         cnt = counts[starts + tau]
         up = cnt >= job.min_nodes
         # capacity lost under a running spot instance: preempted
-        lost = (market == Action.SPOT) & ~up[rows, np.maximum(zone, 0)] & active
+        lost = (market == _SPOT) & ~up[rows, np.maximum(zone, 0)] & active
         preempt += lost
-        market[lost], zone[lost], nodes[lost] = Action.WAIT, -1, 0
+        market[lost], zone[lost], nodes[lost] = _WAIT, -1, 0
         avail_h += up * dt
         runs += up & ~prev
         streak = np.where(up == prev, streak + dt, dt)
@@ -230,43 +231,43 @@ def simulate(
             market_log=log,
         )
         action, want_zone = policy.decide_batch(batch)
-        action = np.where(tau >= deadline_t - _EPS, int(Action.ON_DEMAND), action)
-        want_zone = np.where(action == Action.SPOT, want_zone, -1)
-        bad_spot = (action == Action.SPOT) & ((want_zone < 0) | ~up[rows, np.maximum(want_zone, 0)])
-        action = np.where(bad_spot, int(Action.WAIT), action)
+        action = np.where(tau >= deadline_t - _EPS, _ON_DEMAND, action)
+        want_zone = np.where(action == _SPOT, want_zone, -1)
+        bad_spot = (action == _SPOT) & ((want_zone < 0) | ~up[rows, np.maximum(want_zone, 0)])
+        action = np.where(bad_spot, _WAIT, action)
         want_zone = np.where(bad_spot, -1, want_zone)
-        action[~active] = Action.WAIT
+        action[~active] = _WAIT
 
-        target = np.where(action == Action.ON_DEMAND, job.max_nodes, 0)
+        target = np.where(action == _ON_DEMAND, job.max_nodes, 0)
         if action.any():
             offered = cnt[rows, np.maximum(want_zone, 0)]
             spot_nodes = rescale_targets(offered, job.min_nodes, job.max_nodes)
-            target = np.where(action == Action.SPOT, spot_nodes, target)
-        launch = (action != Action.WAIT) & ((action != market) | (want_zone != zone))
-        resize = ~launch & (action == Action.SPOT) & (target != nodes) & elastic
+            target = np.where(action == _SPOT, spot_nodes, target)
+        launch = (action != _WAIT) & ((action != market) | (want_zone != zone))
+        resize = ~launch & (action == _SPOT) & (target != nodes) & elastic
         if launches is not None and launch[0]:
             first = Action(int(action[0]))
             where = trace.zones[int(want_zone[0])] if first is Action.SPOT else None
             launches.append(Launch(tau, first.market or "", where))
         co_left = np.where(launch, co, np.where(resize, np.maximum(co_left, rv), co_left))
-        market, zone, nodes = action, want_zone, np.where(action == Action.WAIT, 0, target)
+        market, zone, nodes = action, want_zone, np.where(action == _WAIT, 0, target)
 
-        running = market != Action.WAIT
+        running = market != _WAIT
         productive = running & (co_left == 0)
         rate = rate_of[nodes] * productive
         need = np.maximum(work_t - done, 0.0)
         frac = np.where(productive & (rate >= need - _EPS), need / np.maximum(rate, _EPS), 1.0)
         frac = np.minimum(frac, 1.0)
-        price = np.where(market == Action.SPOT, job.spot_price, job.on_demand_price)
+        price = np.where(market == _SPOT, job.spot_price, job.on_demand_price)
         cost += running * price * nodes * dt * frac
-        spot_t += (market == Action.SPOT) * frac
-        od_t += (market == Action.ON_DEMAND) * frac
+        spot_t += (market == _SPOT) * frac
+        od_t += (market == _ON_DEMAND) * frac
         done += rate * frac
         ends = productive & (done >= work_t - _EPS) & active
         finish_t[ends] = tau + frac[ends]
         finished |= ends
         co_left = np.where(running & (co_left > 0), co_left - 1, co_left)
-        market[ends], zone[ends], nodes[ends] = Action.WAIT, -1, 0
+        market[ends], zone[ends], nodes[ends] = _WAIT, -1, 0
 
     return SimResult(
         cost_usd=cost,

@@ -18,6 +18,7 @@ from orchestrator.policies.planner import (
     OD_UP,
     DailyCycle,
     MarketModel,
+    PlanCache,
     PlanGrid,
     cycle_keys,
     plan,
@@ -216,6 +217,34 @@ def test_planning_batches_models_independently() -> None:
     mixed = plan(grid, models, cycles)
     assert np.array_equal(mixed[0], plan(grid, models[:1], cycles[0])[0])
     assert np.array_equal(mixed[1], plan(grid, models[1:], cycles[1])[0])
+
+
+def test_the_cache_answers_as_each_model_planned_alone() -> None:
+    """The cache plans tables in batches (neighbouring rates, every phase of a cycle at once, a
+    launch on a whole step without blending): each answer is that of its model and cycle planned
+    alone, in every situation, time left and slack."""
+    grid = PlanGrid(0.5, 16, 8, 1.0, 1.0, 3.0, safety_steps=1.0)
+    # rates on the bins: ride loss 1/2 or 1/8 per hour, failover 0 or 0.7, recovery 1/4 or 2
+    rides, fails, recoveries = [0.5, 0.125], [0.0, 0.7], [0.25, 2.0]
+    strengths, deadline_after_peak = np.array([0.0, 1.0, 0.5]), np.array([0.0, 0.0, 21.0])  # phases 0, 7
+    cache = PlanCache(grid)
+    t, s = np.meshgrid(np.arange(1, 16), np.arange(8), indexing="ij")
+    t, s = t.ravel(), np.minimum(s.ravel(), t.ravel() - 1)
+    for ride in rides:
+        for fail in fails:
+            for rec in recoveries:
+                model = MarketModel(ride, fail, ride * (1.0 - fail), rec)
+                for strength, phase in zip(strengths, deadline_after_peak, strict=True):
+                    cycle = DailyCycle(float(strength), float(phase)) if strength > 0 else None
+                    alone = plan(grid, [model], cycle)[0]
+                    keys = cycle_keys(np.full(t.size, strength), np.full(t.size, phase))
+                    for situation in (IDLE_UP, IDLE_DOWN, OD_UP, OD_DOWN):
+                        got = cache.lookup(
+                            np.full(t.size, ride), np.full(t.size, fail), np.full(t.size, rec),
+                            t * grid.step_h, s * grid.step_h, np.full(t.size, situation), keys,
+                        )  # fmt: skip
+                        assert np.array_equal(got, alone[t, s, situation]), (model, strength, situation)
+    assert cache.count > len(rides) * len(fails) * len(recoveries) * len(strengths)  # planned in batches
 
 
 def test_grid_never_coarser_than_the_changeover() -> None:
