@@ -12,8 +12,10 @@ import io
 import random
 import sys
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any, TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -27,6 +29,8 @@ from orchestrator.costs.render import to_csv, to_json, to_table
 from orchestrator.costs.report import GroupBy, build_report
 from orchestrator.state.records import JobRecord, SegmentRecord
 from orchestrator.state.status import JobStatus
+
+T = TypeVar("T")
 
 GPUS = [
     ("T4", 0.526, 0.16),
@@ -112,7 +116,7 @@ def generate(n_jobs: int, seed: int, end: datetime) -> ReportInputs:
     return ReportInputs(jobs, segments, idle, lost)
 
 
-def timed(fn, *args):  # type: ignore[no-untyped-def]
+def timed(fn: Callable[..., T], *args: Any) -> tuple[T, float]:
     t0 = time.perf_counter()
     out = fn(*args)
     return out, time.perf_counter() - t0

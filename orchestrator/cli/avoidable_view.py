@@ -6,9 +6,11 @@ as text. Every text shown goes through :func:`terminal_text` (the caller prints 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +31,9 @@ from orchestrator.costs.ledger import LostWork
 from orchestrator.errors import GpuctlError
 from orchestrator.monitor.diagnosis import Finding, GpuCandidate
 from orchestrator.state.forecast import forecast
-from orchestrator.state.job_dir import JobDir
+from orchestrator.state.job_dir import JOBS_DIR, JobDir
 from orchestrator.state.ledger_read import read_segments
-from orchestrator.state.records import JobRecord, SegmentRecord, segment_hours
+from orchestrator.state.records import JobRecord, SegmentRecord
 from orchestrator.state.row_check import DamagedRow
 from orchestrator.state.state_rows import load_state
 from orchestrator.state.status import JobStatus
@@ -97,6 +99,9 @@ def to_finish(store: JobStore, job: JobRecord, now: datetime) -> tuple[float | N
     return (None, None) if found is None else (found.cost_to_finish_usd, found.hourly_usd)
 
 
+_GPU_TYPE = attrgetter("gpu_type")
+
+
 def runs_by_key(jobs: Sequence[JobRecord]) -> dict[tuple[str, str], list[JobRecord]]:
     """The stored jobs by (name, team), in the order given."""
     runs: dict[tuple[str, str], list[JobRecord]] = {}
@@ -125,7 +130,7 @@ class Measured:
         if self.runs is None:
             self.runs = runs_by_key(store.list_jobs())
         runs = self.runs.get(key, [])
-        if [r.id for r in runs] in ([], [job.id]) and len({s.gpu_type for s in segments}) <= 1:
+        if [r.id for r in runs] in ([], [job.id]) and len(set(map(_GPU_TYPE, segments))) <= 1:
             return ()  # one run on one GPU type: the right-size policy has no other type to move to
         if key not in self.by_key:  # the same for every job of that name and team
             self.by_key[key] = gpu_measurements(store, job, now, monitor_usage(store), runs)
@@ -215,18 +220,23 @@ def job_findings(
     windows: list[dict[str, Any]],
     progress: Path | None = None,
     cache: Measured | None = None,
+    has_folder: bool = True,
 ) -> tuple[list[Finding], JobFixes, JobProgress]:
     """A stored job's findings, their fixes (unpriced) and its progress file as the diagnosis read it
-    (``segments``: all of the job's; ``windows``: its monitor windows; the rest as :func:`diagnose_job`)."""
+    (``segments``: all of the job's; ``windows``: its monitor windows; ``has_folder``: False when the
+    caller knows the job has no folder, so no file of it is looked for; the rest as
+    :func:`diagnose_job`)."""
     gpu_type = gpu_type or (segments[-1].gpu_type if segments else None)
     memory, candidates = gpu_context(gpu_type) if cache is None else cache.gpu_context(gpu_type)
     extra = rightsize_fix(store, job, gpu_type, now, cache, segments)
-    gpu_hours = sum(  # SegmentRecord.hours(now) * .gpus, inline: a report adds up every segment
-        segment_hours(s.started_at, s.ended_at, now) * (s.nodes * s.gpus_per_node) for s in segments
-    )
-    read = read_job_progress(progress or JobDir(store.job_dir(job.id)).progress)
+    gpu_hours = _gpu_hours(segments, now) if windows else 0.0  # only the windows' share of them uses it
+    folder = store.job_dir(job.id)
+    if progress is None and not has_folder:
+        read = JobProgress([], [])  # what read_job_progress reads of a missing file
+    else:
+        read = read_job_progress(progress or JobDir(folder).progress)
     findings, fixes = read_job_fixes(
-        store.job_dir(job.id),
+        folder,
         windows,
         gpu_hours,
         read,
@@ -234,8 +244,18 @@ def job_findings(
         candidates,
         (extra,) if extra is not None else (),
         gpu_type,
+        None if has_folder else (),
     )
     return findings, fixes, read
+
+
+def _gpu_hours(segments: Sequence[SegmentRecord], now: datetime) -> float:
+    """The GPU-hours of ``segments``: segment_hours(...) * SegmentRecord.gpus, inline (a report adds up
+    every segment)."""
+    return sum(
+        [max(0.0, ((s.ended_at or now) - s.started_at).total_seconds() / 3600.0) * (s.nodes * s.gpus_per_node)
+         for s in segments]
+    )  # fmt: skip
 
 
 def stored_fixes(
@@ -244,27 +264,38 @@ def stored_fixes(
     job_ids: Collection[str] | None = None,
     segments: Sequence[SegmentRecord] | None = None,
     jobs: Sequence[JobRecord] | None = None,
+    folders: Collection[str] | None = None,
 ) -> StoredDiagnosis:
     """The fixes, ``tune`` records and lost work of the stored jobs (of ``job_ids`` only, when given:
     the jobs a report covers), for the cost report's avoidable column, top fixes, tuning savings and
     lost work; a job that cannot be read is left out (not measured). ``segments``: every stored
     segment, and ``jobs``: every stored job, when the caller read them (else they are read, in one
-    query each); the monitor windows of every job are read in one query."""
+    query each); the monitor windows of every job are read in one query. ``folders``: the names of the
+    job folders under the home (else listed here, once): no file of a job without one is looked for."""
     found = StoredDiagnosis()
+    folders = job_folders(store.home) if folders is None else folders
     jobs = store.list_jobs() if jobs is None else jobs
     cache = Measured(runs=runs_by_key(jobs))
     by_job: dict[str, list[SegmentRecord]] = {}
     ids = [job.id for job in jobs if job_ids is None or job.id in job_ids]  # each job's, in turn
+    of_job = by_job.get
     for segment in read_segments(store, of_jobs=ids) if segments is None else segments:
-        by_job.setdefault(segment.job_id, []).append(segment)
+        found_of = of_job(segment.job_id)  # no new list per segment, as setdefault(id, []) makes
+        if found_of is None:
+            by_job[segment.job_id] = [segment]
+        else:
+            found_of.append(segment)
     stored = UsageStore(store).every_window()
     for job in jobs:
         if job_ids is not None and job.id not in job_ids:
             continue
+        has_folder = may_have_folder(job.id, folders)
         try:
-            windows = job_windows(store, job.id, stored.get(job.id, []))
+            windows = (
+                job_windows(store, job.id, stored.get(job.id, [])) if has_folder else stored.get(job.id, [])
+            )
             _, fixes, read = job_findings(store, job, now, by_job.get(job.id, []), None, None, windows,
-                                          cache=cache)  # fmt: skip
+                                          cache=cache, has_folder=has_folder)  # fmt: skip
         except (DamagedRow, GpuctlError):
             continue
         found.fixes[job.id] = fixes
@@ -273,6 +304,21 @@ def stored_fixes(
         if read.lost is not None:
             found.lost[job.id] = read.lost
     return found
+
+
+def job_folders(home: Path) -> set[str]:
+    """The names of the job folders under ``home`` (one listing, not a look for each job)."""
+    try:
+        with os.scandir(home / JOBS_DIR) as found:
+            return {entry.name for entry in found if entry.is_dir()}
+    except OSError:  # no jobs folder
+        return set()
+
+
+def may_have_folder(job_id: str, folders: Collection[str]) -> bool:
+    """Whether job ``job_id`` may have a folder, given the names :func:`job_folders` listed (an id that
+    is not one plain name is looked for as always)."""
+    return job_id in folders or job_id in ("", ".", "..") or "/" in job_id or os.sep in job_id
 
 
 def _usd(value: float | None) -> str:

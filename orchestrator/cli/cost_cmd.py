@@ -12,9 +12,10 @@ from typing import Any
 from rich.console import Console
 
 from orchestrator.cli import kube_jobs
-from orchestrator.cli.avoidable_view import stored_fixes
+from orchestrator.cli.avoidable_view import job_folders, stored_fixes
 from orchestrator.cli.output import print_notes
 from orchestrator.costs.budgets import load_cost_config
+from orchestrator.costs.bulk import without_collector
 from orchestrator.costs.html import to_html
 from orchestrator.costs.inputs import ReportInputs, read_inputs_file, read_ledger, read_store_ledger
 from orchestrator.costs.ledger import Window
@@ -30,6 +31,7 @@ from orchestrator.state.usage import usage_from_files
 from orchestrator.terminal import terminal_text
 
 
+@without_collector  # a record or more per segment of the ledger
 def load_report_inputs(home: Path, since: datetime | None = None) -> ReportInputs:
     """Jobs and segments from the job store under ``home``, with the work lost to preemptions (from
     the progress files) and the idle and measured GPU-hours (from the stored monitor windows, else
@@ -41,10 +43,11 @@ def load_report_inputs(home: Path, since: datetime | None = None) -> ReportInput
     legacy = inputs.idle is not None and inputs.measured is None  # a source of idle GPU-hours only
     idle, measured = dict(inputs.idle or {}), dict(inputs.measured or {})
     in_report = {s.job_id for s in inputs.segments}  # only these jobs are diagnosed
+    folders = job_folders(home)
     diagnosis = None
     if stored:  # with no start, every segment was read already
         every = inputs.segments if since is None else None
-        diagnosis = stored_fixes(store, datetime.now(UTC), in_report, every, inputs.jobs)
+        diagnosis = stored_fixes(store, datetime.now(UTC), in_report, every, inputs.jobs, folders)
     for job in inputs.jobs:
         if diagnosis is not None and job.id in diagnosis.fixes:  # its progress file, read once
             found = diagnosis.lost.get(job.id)
@@ -54,8 +57,8 @@ def load_report_inputs(home: Path, since: datetime | None = None) -> ReportInput
             found = None
         if found is not None and found.steps:
             lost[job.id] = found
-        if job.id in measured or legacy:  # what the controller stored; else the summary files themselves
-            continue
+        if job.id in measured or legacy or job.id not in folders:  # what the controller stored; else the
+            continue  # summary files themselves (a job with no folder on this machine has none)
         usage = usage_from_files(job_dir_path(home, job.id))
         if usage is not None and usage.measured_gpu_hours > 0:
             idle[job.id], measured[job.id] = usage.idle_gpu_hours, usage.measured_gpu_hours
@@ -148,6 +151,7 @@ def register(sub: Any) -> None:
     report.set_defaults(run=run_report)
 
 
+@without_collector  # reading, building and rendering a report of the whole ledger
 def run_report(args: argparse.Namespace) -> int:
     now = datetime.now(UTC)
     window: Window | None = None

@@ -314,10 +314,12 @@ def read_job_fixes(
     candidates: Iterable[GpuCandidate] = (),
     extra: Sequence[FixShare] = (),
     gpu_type: str | None = None,
+    summaries: Sequence[Path] | None = None,
 ) -> tuple[list[Finding], JobFixes]:
     """A job's findings (from its ``progress`` and its monitor ``windows``) and their fixes;
-    ``gpu_hours``: the job's GPU-hours in the ledger (how much of them the windows cover)."""
-    why = unavailable_reason(JobDir(job_dir).monitor_summaries())
+    ``gpu_hours``: the job's GPU-hours in the ledger (how much of them the windows cover);
+    ``summaries``: the job's monitor summary files, when the caller knows them (else listed)."""
+    why = unavailable_reason(JobDir(job_dir).monitor_summaries() if summaries is None else summaries)
     findings = diagnose(windows, progress.steps, gpu_memory_gib, candidates, unmeasured_reason=why,
                         gpu_type=gpu_type, tuned_headroom=progress.headroom)  # fmt: skip
     measured_s = sum(float(w.get("duration_s") or 0.0) * int(w.get("gpus") or 0) for w in windows)

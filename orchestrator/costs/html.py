@@ -180,21 +180,30 @@ ATTEMPT_HEADERS = (
 )  # fmt: skip
 
 
-def _attempt_rows(job: JobCost) -> str:
+class _Escaped(dict[str, str]):
+    """Texts escaped for HTML, each once (a page repeats a few markets, zones and instance types in
+    thousands of rows)."""
+
+    def __missing__(self, text: str) -> str:
+        self[text] = found = escape(text)
+        return found
+
+
+def _attempt_rows(job: JobCost, escaped: _Escaped | None = None) -> str:
+    """One table row per segment; the text cells escaped (numbers, times and durations are digits and
+    punctuation that HTML reads as they are; ``escaped``: the texts escaped so far, shared by a page)."""
+    esc = _Escaped() if escaped is None else escaped
     rows = []
-    for part in job.parts:
-        s = part.segment
-        cells = [
-            str(s.attempt), s.market, s.zone or "-", s.instance_type or "-", f"{s.nodes} x {s.gpus_per_node} {s.gpu_type}",
-            f"${s.node_price_usd_per_hour:,.4f}", f"${s.on_demand_node_price_usd_per_hour:,.4f}",
-            _time(s.started_at), _time(s.ended_at), _duration(part.hours), f"${part.cost_usd:,.4f}",
-            s.end_reason or ("running" if s.ended_at is None else "ended"),
-        ]  # fmt: skip
+    for s, hours, _, cost, _ in job.parts:
+        market = esc[s.market]
+        how = s.end_reason or ("running" if s.ended_at is None else "ended")
         rows.append(
-            f"<tr data-market='{escape(s.market)}'>"
-            + "".join(f"<td>{escape(c)}</td>" for c in cells)
-            + "</tr>"
-        )
+            f"<tr data-market='{market}'><td>{s.attempt}</td><td>{market}</td><td>{esc[s.zone or '-']}</td>"
+            f"<td>{esc[s.instance_type or '-']}</td><td>{s.nodes} x {s.gpus_per_node} {esc[s.gpu_type]}</td>"
+            f"<td>${s.node_price_usd_per_hour:,.4f}</td><td>${s.on_demand_node_price_usd_per_hour:,.4f}</td>"
+            f"<td>{_time(s.started_at)}</td><td>{_time(s.ended_at)}</td><td>{_duration(hours)}</td>"
+            f"<td>${cost:,.4f}</td><td>{esc[how]}</td></tr>"
+        )  # fmt: skip
     return "".join(rows)
 
 
@@ -218,10 +227,11 @@ def attempts_html(report: Report, limit: int = MAX_JOB_DETAILS) -> str:
     the most expensive jobs first."""
     jobs = sorted(report.jobs, key=lambda j: (-j.cost_usd, j.job_id))
     head = "".join(f"<th>{escape(h)}</th>" for h in ATTEMPT_HEADERS)
+    escaped = _Escaped()
     parts = [
         f"<details class='job' data-job='{escape(j.job_id)}'><summary>{_job_summary(j)}</summary>"
         f"<div class='scroll'><table class='attempts'><thead><tr>{head}</tr></thead>"
-        f"<tbody>{_attempt_rows(j)}</tbody></table></div></details>"
+        f"<tbody>{_attempt_rows(j, escaped)}</tbody></table></div></details>"
         for j in jobs[:limit]
     ]
     more = f"<p class='note'>{len(jobs) - limit} more jobs not listed</p>" if len(jobs) > limit else ""

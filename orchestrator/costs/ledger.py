@@ -7,10 +7,10 @@ run until ``now``.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from operator import itemgetter
 from typing import NamedTuple
 
 from orchestrator.errors import UserError
@@ -79,6 +79,45 @@ def segment_cost(seg: SegmentRecord, now: datetime, window: Window | None = None
         cost_usd=segment_cost_usd(hours, seg.nodes, seg.node_price_usd_per_hour),
         on_demand_usd=segment_cost_usd(hours, seg.nodes, seg.on_demand_node_price_usd_per_hour),
     )
+
+
+_HOURS, _GPU_HOURS, _COST, _ON_DEMAND = (itemgetter(i) for i in range(1, 5))  # SegmentCost's fields
+
+
+def _priced_by_job(
+    segments: Iterable[SegmentRecord], now: datetime, window: Window | None
+) -> dict[str, list[SegmentCost]]:
+    """:func:`segment_cost` of each segment with time inside ``window``, by job in the order given
+    (the same arithmetic, inline: a report prices every segment of the ledger)."""
+    by_job: dict[str, list[SegmentCost]] = {}
+    new_part = tuple.__new__
+    low = None if window is None else window.start
+    high = None if window is None else window.end
+    for seg in segments:
+        start, end = seg.started_at, seg.ended_at or now
+        if low is not None and high is not None:
+            start = low if low > start else start
+            end = high if high < end else end
+        hours = (end - start).total_seconds() / 3600.0
+        if not hours > 0.0:
+            continue
+        nodes = seg.nodes
+        part = new_part(
+            SegmentCost,
+            (
+                seg,
+                hours,
+                hours * (nodes * seg.gpus_per_node),
+                hours * nodes * seg.node_price_usd_per_hour,
+                hours * nodes * seg.on_demand_node_price_usd_per_hour,
+            ),
+        )  # fmt: skip: segment_cost_usd's formula, inline
+        found = by_job.get(seg.job_id)
+        if found is None:
+            by_job[seg.job_id] = [part]
+        else:
+            found.append(part)
+    return by_job
 
 
 @dataclass(frozen=True)
@@ -212,20 +251,16 @@ def job_costs(
     cover (both from monitor window summaries; a job in neither was not measured); ``lost`` maps job
     id to the work it recomputed after preemptions.
     """
-    by_job: dict[str, list[SegmentCost]] = defaultdict(list)
-    for seg in segments:
-        sc = segment_cost(seg, now, window)
-        if sc.hours > 0:
-            by_job[seg.job_id].append(sc)
+    by_job = _priced_by_job(segments, now, window)
     records = {j.id: j for j in jobs}
     order = [jid for jid in records if jid in by_job] + sorted(set(by_job) - set(records))
     out: list[JobCost] = []
     for jid in order:
         job = records.get(jid) or unknown_job(jid)
         parts = by_job[jid]
-        gpu_hours = sum(p.gpu_hours for p in parts)
-        cost = sum(p.cost_usd for p in parts)
-        wall_hours = sum(p.hours for p in parts)
+        gpu_hours = sum(map(_GPU_HOURS, parts))  # each sum in the parts' order, as a loop adds them
+        cost = sum(map(_COST, parts))
+        wall_hours = sum(map(_HOURS, parts))
         work = (lost or {}).get(jid, LostWork())
         lost_gh = _lost_gpu_hours(work, gpu_hours, wall_hours)
         idle_gh, measured_gh = measured_in_window(
@@ -239,13 +274,13 @@ def job_costs(
                 name=job.name,
                 user=job.user,
                 team=job.team,
-                gpu_types=tuple(sorted({p.segment.gpu_type for p in parts})),
-                markets=tuple(sorted({p.segment.market for p in parts})),
+                gpu_types=tuple(sorted({p[0].gpu_type for p in parts})),
+                markets=tuple(sorted({p[0].market for p in parts})),
                 segments=len(parts),
                 preemptions=job.preemptions,
                 gpu_hours=gpu_hours,
                 cost_usd=cost,
-                on_demand_usd=sum(p.on_demand_usd for p in parts),
+                on_demand_usd=sum(map(_ON_DEMAND, parts)),
                 idle_gpu_hours=idle_gh,
                 lost_steps=work.steps,
                 lost_gpu_hours=lost_gh,

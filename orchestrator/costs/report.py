@@ -9,25 +9,26 @@ totals as the ledger.
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
+from operator import attrgetter
 
 from orchestrator.costs.avoidable import JobFixes, PricedFix, Tuned, price, saved_by_tuning
 from orchestrator.costs.budgets import CostConfig, month_window
-from orchestrator.costs.charts import TIME_STEPS, floor_to
+from orchestrator.costs.bulk import without_collector
 from orchestrator.costs.inputs import ReportInputs
 from orchestrator.costs.ledger import JobCost, LostWork, Window, job_costs, segment_cost
+from orchestrator.costs.report_rows import SUMMED as SUMMED
+from orchestrator.costs.report_rows import Buckets, JobExtras, Rows
+from orchestrator.costs.report_rows import ReportRow as ReportRow
+from orchestrator.costs.report_rows import Series as Series
 from orchestrator.errors import UserError
 from orchestrator.spec.durations import parse_duration
 from orchestrator.state.records import JobRecord, SegmentRecord
 from orchestrator.times import parse_iso
-
-MAX_SERIES = 8
-"""Groups drawn separately in the cost-over-time chart; the rest are summed as ``other``."""
 
 
 class GroupBy(StrEnum):
@@ -40,95 +41,11 @@ class GroupBy(StrEnum):
     CLUSTER = "cluster"
 
 
+JOB_GROUPS = frozenset({GroupBy.JOB, GroupBy.USER, GroupBy.TEAM, GroupBy.NAMESPACE, GroupBy.CLUSTER})
+"""The groupings whose key is the job's (every segment of a job is in one row)."""
+
 NO_PLACE = "-"
 """The namespace and cluster row of jobs that have none (local and SLURM jobs)."""
-
-
-@dataclass
-class ReportRow:
-    """One group's sums. ``measured_gpu_hours`` are the GPU-hours that have monitor data."""
-
-    name: str
-    jobs: int = 0
-    gpu_hours: float = 0.0
-    cost_usd: float = 0.0
-    on_demand_usd: float = 0.0
-    idle_gpu_hours: float = 0.0
-    idle_cost_usd: float = 0.0
-    measured_gpu_hours: float = 0.0
-    lost_gpu_hours: float = 0.0
-    lost_cost_usd: float = 0.0
-    to_finish_usd: float = 0.0
-    """What the group's running jobs will still cost at their current market (forecast)."""
-    avoidable_usd: float = 0.0
-    """Spend the diagnosed jobs' fixes could have saved (each job's largest fix; see costs/avoidable.py)."""
-    diagnosed_cost_usd: float = 0.0
-    """The spend of jobs whose step timings or GPU use were measured (the avoidable column's basis)."""
-    tuned_usd: float = 0.0
-    """What the runtime's ``tune: auto`` saved (the spend at the step time before tuning minus the cost)."""
-    fix_usd: dict[str, float] = field(default_factory=dict)
-    """``CODE: FIX`` -> what it saves of the row's spend (each job's largest counted fix)."""
-
-    @property
-    def top_fix(self) -> str | None:
-        """The fix that saves the most of the row's spend (``CODE: FIX``); None when none saves anything."""
-        found = [(usd, fix) for fix, usd in self.fix_usd.items() if usd > 0]
-        return max(found)[1] if found else None
-
-    @property
-    def avoidable(self) -> float | None:
-        """Avoidable USD; ``None`` when no job of the row was measured ("not measured", never 0)."""
-        return self.avoidable_usd if self.diagnosed_cost_usd > 0 else None
-
-    @property
-    def projected_usd(self) -> float:
-        """Spent plus the running jobs' forecast cost to finish."""
-        return self.cost_usd + self.to_finish_usd
-
-    @property
-    def savings_usd(self) -> float:
-        return self.on_demand_usd - self.cost_usd
-
-    @property
-    def gpu_efficiency(self) -> float | None:
-        """Busy share of the measured GPU-hours only; ``None`` when none was measured (never 100 %)."""
-        if self.measured_gpu_hours <= 0:
-            return None
-        return max(0.0, 1.0 - self.idle_gpu_hours / self.measured_gpu_hours)
-
-    @property
-    def measured_share(self) -> float:
-        """The share of the row's GPU-hours that the monitors measured (0 to 1)."""
-        if self.gpu_hours <= 0:
-            return 0.0
-        return min(1.0, self.measured_gpu_hours / self.gpu_hours)
-
-
-SUMMED = (
-    "gpu_hours",
-    "cost_usd",
-    "on_demand_usd",
-    "idle_gpu_hours",
-    "idle_cost_usd",
-    "measured_gpu_hours",
-    "lost_gpu_hours",
-    "lost_cost_usd",
-    "to_finish_usd",
-    "avoidable_usd",
-    "diagnosed_cost_usd",
-    "tuned_usd",
-)
-"""The :class:`ReportRow` fields that add up across rows."""
-
-
-@dataclass(frozen=True)
-class Series:
-    """Cost and savings per time bucket; ``cost_by_group`` holds one list per drawn group."""
-
-    bucket: timedelta
-    starts: list[datetime]
-    cost_by_group: dict[str, list[float]]
-    savings: list[float]
 
 
 @dataclass(frozen=True)
@@ -198,19 +115,6 @@ def parse_window(text: str) -> Window:
     return Window(_parse_time(parts[0]), _parse_time(parts[1]))
 
 
-BUCKET_SIZES = TIME_STEPS
-"""Bucket sizes of the cost-over-time series: the smallest that gives at most :data:`MAX_BUCKETS`."""
-MAX_BUCKETS = 30
-
-
-def bucket_for(span: timedelta, max_buckets: int = MAX_BUCKETS) -> timedelta:
-    """The smallest of :data:`BUCKET_SIZES` that covers ``span`` in at most ``max_buckets`` buckets."""
-    for size in BUCKET_SIZES:
-        if span <= size * max_buckets:
-            return size
-    return BUCKET_SIZES[-1]
-
-
 def data_span(segments: Iterable[SegmentRecord], window: Window, now: datetime) -> Window:
     """Where the segments ran inside ``window`` (open ones until ``now``); ``window`` when none did."""
     first: datetime | None = None
@@ -240,24 +144,14 @@ def _group_key(by: GroupBy) -> Callable[[JobCost, SegmentRecord], str]:
     return keys[by]
 
 
-@dataclass(frozen=True)
-class _JobExtras:
-    """A job's avoidable share of spend (None: not measured) and its tuning saving in the window."""
-
-    avoidable_share: float | None
-    tuned_usd: float
-    top: str | None = None
-    """The job's largest counted fix (``CODE: FIX``), None when none saves anything."""
-
-
 def _job_extras(
     job: JobCost, fixes: JobFixes | None, tuned: Sequence[Tuned], now: datetime, window: Window
-) -> _JobExtras:
+) -> JobExtras:
     share = None if fixes is None else fixes.avoidable_share
     saved = saved_by_tuning(tuned, [p.segment for p in job.parts], now, window) if tuned else None
     counted = [f for f in (fixes.fixes if fixes is not None else ()) if f.share and f.counted]
     top = max(counted, key=lambda f: ((f.share or 0.0) * f.coverage, f.code), default=None)
-    return _JobExtras(share, saved or 0.0, None if top is None else f"{top.code}: {top.fix}")
+    return JobExtras(share, saved or 0.0, None if top is None else f"{top.code}: {top.fix}")
 
 
 TOP_FIXES = 10
@@ -280,99 +174,12 @@ def top_fixes(
     return sorted(found, key=lambda p: (-p.ranking_usd, p.job_id, p.fix.code))[:limit]
 
 
-class _Rows:
-    """The report's rows by group, and the jobs of each."""
-
-    def __init__(self, key_of: Callable[[JobCost, SegmentRecord], str], buckets: _Buckets) -> None:
-        self.key_of, self.buckets = key_of, buckets
-        self.rows: dict[str, ReportRow] = {}
-        self.members: dict[str, set[str]] = defaultdict(set)
-
-    def add_job(
-        self, job: JobCost, extras: _JobExtras, to_finish: Mapping[str, float] | None, now: datetime
-    ) -> None:
-        """Add each segment of ``job`` to the row of its group: its own GPU-hours and cost; its share (by
-        GPU-hours) of the job's lost, measured and idle GPU-hours (only measured GPU-hours count for
-        efficiency); its avoidable spend, tuning saving and projected spend; its cost over time."""
-        measured = job.idle_gpu_hours is not None and bool(job.measured_gpu_hours)
-        measured_gh, idle_gh = job.measured_gpu_hours or 0.0, job.idle_gpu_hours or 0.0
-        idle_usd = (job.idle_cost_usd or 0.0) if measured else 0.0
-        avoidable, top = extras.avoidable_share, extras.top
-        for part in job.parts:
-            key = self.key_of(job, part.segment)
-            row = self.rows.get(key)
-            if row is None:
-                row = self.rows[key] = ReportRow(key)
-            share = part.gpu_hours / job.gpu_hours if job.gpu_hours > 0 else 0.0
-            row.gpu_hours += part.gpu_hours
-            row.cost_usd += part.cost_usd
-            row.on_demand_usd += part.on_demand_usd
-            row.lost_gpu_hours += job.lost_gpu_hours * share
-            row.lost_cost_usd += job.lost_cost_usd * share
-            if measured:
-                row.measured_gpu_hours += measured_gh * share
-                row.idle_gpu_hours += idle_gh * share
-                row.idle_cost_usd += idle_usd * share
-            if avoidable is not None:
-                row.avoidable_usd += avoidable * part.cost_usd
-                row.diagnosed_cost_usd += part.cost_usd
-                if top is not None:
-                    row.fix_usd[top] = row.fix_usd.get(top, 0.0) + avoidable * part.cost_usd
-            if job.cost_usd > 0:
-                row.tuned_usd += extras.tuned_usd * part.cost_usd / job.cost_usd
-            if part.segment.ended_at is None and to_finish:
-                row.to_finish_usd += to_finish.get(job.job_id, 0.0)
-            self.members[key].add(job.job_id)
-            self.buckets.add(key, part.segment, now)
-
-
-class _Buckets:
-    """Spreads each segment's cost and savings over time buckets that follow where the jobs ran
-    (``span``), of a size from :data:`BUCKET_SIZES`, aligned to whole multiples of it."""
-
-    def __init__(self, window: Window, span: Window) -> None:
-        self.size = bucket_for(span.end - span.start)
-        start = floor_to(span.start, self.size)
-        end = max(span.end, start + self.size)
-        self.window = Window(start, end)
-        self.clip = window
-        self.count = max(1, math.ceil((end - start).total_seconds() / self.size.total_seconds()))
-        self.cost: dict[str, list[float]] = defaultdict(lambda: [0.0] * self.count)
-        self.savings = [0.0] * self.count
-        self._from = max(window.start, self.window.start)  # where a segment's share may start and end
-        self._until = min(window.end, self.window.end)
-        self._step = self.size.total_seconds()
-
-    def add(self, key: str, seg: SegmentRecord, now: datetime) -> None:
-        start, end = seg.started_at, seg.ended_at or now
-        start = self._from if self._from > start else start
-        end = self._until if self._until < end else end
-        step = self._step
-        rate = seg.nodes * seg.node_price_usd_per_hour / 3600.0
-        save_rate = seg.nodes * (seg.on_demand_node_price_usd_per_hour - seg.node_price_usd_per_hour) / 3600.0
-        offset = (start - self.window.start).total_seconds()
-        stop = (end - self.window.start).total_seconds()
-        idx = int(offset // step)
-        costs = self.cost[key]
-        while offset < stop and idx < self.count:
-            upto = min(stop, (idx + 1) * step)
-            secs = upto - offset
-            costs[idx] += secs * rate
-            self.savings[idx] += secs * save_rate
-            offset, idx = upto, idx + 1
-
-    def series(self, ranked: list[str]) -> Series:
-        drawn: dict[str, list[float]] = {k: self.cost[k] for k in ranked[:MAX_SERIES] if k in self.cost}
-        rest = [k for k in self.cost if k not in drawn]
-        if rest:
-            drawn["other"] = [sum(self.cost[k][i] for k in rest) for i in range(self.count)]
-        starts = [self.window.start + i * self.size for i in range(self.count)]
-        return Series(self.size, starts, drawn, self.savings)
+_STARTED = attrgetter("started_at")
 
 
 def default_window(segments: Iterable[SegmentRecord], now: datetime) -> Window:
     """All time: from the first segment's start (or a day ago) until ``now``."""
-    first = min((s.started_at for s in segments), default=now - timedelta(days=1))
+    first = min(map(_STARTED, segments), default=now - timedelta(days=1))
     return Window(min(first, now - timedelta(hours=1)), now)
 
 
@@ -465,6 +272,7 @@ def budget_burns(
     return burns
 
 
+@without_collector  # a report of a large ledger allocates an object or more per segment
 def build_report(
     jobs: Iterable[JobRecord],
     segments: Iterable[SegmentRecord],
@@ -491,8 +299,8 @@ def build_report(
     win = window or default_window(seg_list, now)
     costs = job_costs(job_list, seg_list, now, win, idle, lost, measured)
     key_of = _group_key(group)
-    buckets = _Buckets(win, data_span(seg_list, win, now))
-    grouped = _Rows(key_of, buckets)
+    buckets = Buckets(win, data_span(seg_list, win, now))
+    grouped = Rows(key_of, buckets, group in JOB_GROUPS)
     for jc in costs:
         extras = _job_extras(jc, (fixes or {}).get(jc.job_id), (tuned or {}).get(jc.job_id, ()), now, win)
         grouped.add_job(jc, extras, to_finish, now)

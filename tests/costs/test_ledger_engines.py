@@ -9,7 +9,6 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import insert
 
 from orchestrator.costs.budgets import parse_cost_config, team_month_spent
 from orchestrator.costs.inputs import ReportInputs, read_ledger
@@ -17,8 +16,8 @@ from orchestrator.costs.render import to_csv, to_json
 from orchestrator.costs.report import GroupBy, build_report_from
 from orchestrator.state.records import JobRecord, SegmentRecord
 from orchestrator.state.store import JobStore
-from orchestrator.state.tables import jobs, segments
 from tests.costs.factory import at, fleet
+from tests.costs.ledger_rows import write_records
 
 pytestmark = pytest.mark.usefixtures("each_engine")  # every test on SQLite and on PostgreSQL
 
@@ -34,17 +33,7 @@ def _written(home: Path) -> tuple[JobStore, list[JobRecord], list[SegmentRecord]
         for i, j in enumerate(job_records)
     ]
     store = JobStore(home)
-    with store.transaction() as conn:
-        conn.execute(insert(jobs), [
-            {**{f.name: getattr(j, f.name) for f in dataclasses.fields(j)}, "status": str(j.status),
-             "submitted_at": j.submitted_at.isoformat(), "updated_at": j.updated_at.isoformat()}
-            for j in job_records
-        ])  # fmt: skip
-        conn.execute(insert(segments), [
-            {**{f.name: getattr(s, f.name) for f in dataclasses.fields(s) if f.name != "id"},
-             "started_at": s.started_at.isoformat(), "ended_at": s.ended_at and s.ended_at.isoformat()}
-            for s in segment_records
-        ])  # fmt: skip
+    write_records(store, job_records, segment_records)
     return store, job_records, segment_records
 
 

@@ -25,12 +25,13 @@ from orchestrator.costs.report import GroupBy, build_report_from
 from orchestrator.errors import GpuctlError
 from orchestrator.state.job_dir import job_dir_path
 from orchestrator.state.ledger_read import read_segments
-from orchestrator.state.records import JobRecord, SegmentRecord
+from orchestrator.state.records import SegmentRecord
 from orchestrator.state.row_check import DamagedRow
 from orchestrator.state.store import JobStore
 from orchestrator.state.tables import jobs, segments
 from orchestrator.state.usage import UsageStore, usage_from_files
 from tests.costs.factory import at, fleet
+from tests.costs.ledger_rows import job_row, segment_row, write_records
 
 pytestmark = pytest.mark.usefixtures("each_engine")  # every test on SQLite and on PostgreSQL
 
@@ -44,24 +45,15 @@ def _ledger(home: Path) -> JobStore:
     timings, a tune record, a preemption's lost work), a damaged job and damaged segment rows."""
     job_records, segment_records, _ = fleet()
     store = JobStore(home)
+    write_records(store, job_records, segment_records)
     with store.transaction() as conn:
-        conn.execute(insert(jobs), [
-            {**{f.name: getattr(j, f.name) for f in dataclasses.fields(j)}, "status": str(j.status),
-             "submitted_at": j.submitted_at.isoformat(), "updated_at": j.updated_at.isoformat()}
-            for j in job_records
-        ])  # fmt: skip
-        conn.execute(insert(segments), [
-            {**{f.name: getattr(s, f.name) for f in dataclasses.fields(s) if f.name != "id"},
-             "started_at": s.started_at.isoformat(), "ended_at": s.ended_at and s.ended_at.isoformat()}
-            for s in segment_records
-        ])  # fmt: skip
         conn.execute(insert(segments), [  # job00's open; job02's, job04's and job03's ended long ago
             {**_row(segment_records[0]), "started_at": "yesterday"},
             {**_row(segment_records[5]), "ended_at": "2025-01-31T12:00"},
             {**_row(segment_records[7]), "ended_at": "2025-01-31T12:00:00+00:00", "nodes": -1},
             {**_row(segment_records[6]), "ended_at": "2025-01-31T12:00"},
         ])  # fmt: skip
-        conn.execute(insert(jobs), {**_job_row(job_records[0]), "id": "broken", "status": "exploded"})
+        conn.execute(insert(jobs), {**job_row(job_records[0]), "id": "broken", "status": "exploded"})
     for i, job in enumerate(job_records):
         ran = [s for s in segment_records if s.job_id == job.id]
         folder = store.job_dir(job.id)
@@ -76,14 +68,7 @@ def _ledger(home: Path) -> JobStore:
 
 
 def _row(s: SegmentRecord) -> dict[str, object]:
-    found = {f.name: getattr(s, f.name) for f in dataclasses.fields(s) if f.name != "id"}
-    return {**found, "started_at": s.started_at.isoformat(), "ended_at": None}
-
-
-def _job_row(j: JobRecord) -> dict[str, object]:
-    found = {f.name: getattr(j, f.name) for f in dataclasses.fields(j)}
-    return {**found, "status": str(j.status), "submitted_at": j.submitted_at.isoformat(),
-            "updated_at": j.updated_at.isoformat()}  # fmt: skip
+    return {**segment_row(s), "ended_at": None}
 
 
 def _window(start: float, util: float) -> dict[str, object]:
