@@ -13,47 +13,39 @@ must be one its namespace may charge (``budgets.namespaceTeams``; without it, on
 the namespace), and a team without its own budget shares ``budgets.otherTeamsMonthlyUsd`` or is
 refused. Per-user limits (``budgets.users``) apply to the GPUJob's user, its namespace.
 
-Spend, for every budget and limit, is the cost in the status of the GPUJobs :func:`ledger_gpujobs`
-lists: those of every namespace the operator watches (``budgets.spend_namespaces``, which the chart
-writes), or of the whole cluster. That function is the one source of spend on Kubernetes, except
-with a ledger database (``GPUCTL_DATABASE_URL``): a month's spend, of a team or a user, is then that of
-the whole ledger (every backend, namespace and cluster writing to it, deleted GPUJobs included:
-:mod:`operators.kubernetes.ledger_db`); running jobs and ``max_jobs`` still count the GPUJobs.
+Spend, for every budget and limit, is summed by :class:`orchestrator.controller.kube_spend.KubeSpend`
+(the sums ``gpuctl submit --backend kubernetes`` checks too) over the GPUJobs :func:`ledger_gpujobs`
+lists (those of every namespace the operator watches, ``budgets.spend_namespaces``, which the chart
+writes, or of the whole cluster) and, with a ledger database (``GPUCTL_DATABASE_URL``), the ledger: a
+month's spend, of a team or a user, is then that of the whole ledger (every backend, namespace and
+cluster writing to it, deleted GPUJobs included: :mod:`operators.kubernetes.ledger_db`), and a user's
+running jobs (its hourly cap, its ``max_jobs``) are its GPUJobs here plus its unfinished jobs on other
+clusters and backends.
 """
 
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import Callable, Mapping
-from dataclasses import replace
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from operators.kubernetes.ledger_db import (
-    ledger_store,
-    ledger_team_month_spent,
-    ledger_user_month_spent,
-    running_user_month_spent,
-)
+from operators.kubernetes.ledger_db import ledger_store
 from operators.kubernetes.zones import cluster_candidates
 from orchestrator.backends.kubernetes import client
 from orchestrator.backends.kubernetes.cluster_zones import ClusterZones
 from orchestrator.backends.kubernetes.config import COST_CONFIG_ENV, PRICE_CATALOG_ENV
 from orchestrator.catalog.offers import read_offers_csv
-from orchestrator.controller.admission import Refused, UserSpent, admit
-from orchestrator.costs.budgets import (
-    CostConfig,
-    TeamBudget,
-    gpujob_month_spent,
-    gpujob_user,
-    gpujob_user_standing,
-    gpujobs_month_spent,
-    gpujobs_running_hourly_usd,
-    load_cost_config,
-)
-from orchestrator.costs.user_limits import UserLimits, UserStanding
+from orchestrator.controller.admission import Refused, admit
+from orchestrator.controller.kube_spend import KubeSpend
+from orchestrator.costs.budgets import CostConfig, load_cost_config
+from orchestrator.costs.user_limits import UserStanding
+from orchestrator.errors import GpuctlError
 from orchestrator.spec import JobSpec
 from orchestrator.state.status import JobStatus
+
+log = logging.getLogger(__name__)
 
 
 def first_sight(status: Mapping[str, Any]) -> bool:
@@ -89,37 +81,10 @@ def ledger_gpujobs(config: CostConfig, api: Any | None) -> list[dict[str, Any]]:
     return [job for ns in config.spend_namespaces for job in client.list_gpujobs(ns, api)]
 
 
-def month_spent(config: CostConfig, now: datetime, api: Any | None) -> Callable[[TeamBudget], float]:
-    """The month spend of a budget: with a ledger database, of every job it counts there (every
-    backend, namespace and cluster); else the costs of the GPUJobs it counts (:func:`ledger_gpujobs`)."""
-    ledger = ledger_store()
-
-    def spent(budget: TeamBudget) -> float:
-        if ledger is not None:
-            return ledger_team_month_spent(ledger, budget.counts, now)
-        return gpujob_month_spent(ledger_gpujobs(config, api), budget.counts, now)
-
-    return spent
-
-
-def user_spent(config: CostConfig, now: datetime, api: Any | None) -> UserSpent:
-    """Where a user stands at admission: its GPUJobs' month spend and running price (every one of its
-    GPUJobs counts as ahead: ``max_jobs`` holds a job when it is placed, not at admission); the month
-    spend of the whole ledger with a ledger database."""
-    ledger = ledger_store()
-
-    def standing(user: str, limits: UserLimits) -> UserStanding:
-        mine = [job for job in ledger_gpujobs(config, api) if gpujob_user(job) == user]
-        return UserStanding(
-            user,
-            limits,
-            gpujobs_month_spent(mine, lambda _: True, now)
-            if ledger is None
-            else ledger_user_month_spent(ledger, user, now),
-            gpujobs_running_hourly_usd(mine, lambda _: True),
-        )
-
-    return standing
+def spend(config: CostConfig, api: Any | None) -> KubeSpend:
+    """The operator's sources of spend: the GPUJobs :func:`ledger_gpujobs` lists, and the ledger
+    database when one is configured (:mod:`orchestrator.controller.kube_spend`)."""
+    return KubeSpend(lambda: ledger_gpujobs(config, api), ledger_store())
 
 
 def user_standing(
@@ -130,9 +95,12 @@ def user_standing(
     limits = config.users.of(spec.user)
     if not limits.any:
         return None
-    standing = gpujob_user_standing(ledger_gpujobs(config, api), body, limits, now)
-    spent = running_user_month_spent(standing.user, now)  # the whole ledger's, with a ledger database
-    return standing if spent is None else replace(standing, month_spent_usd=spent)
+    try:
+        sources = spend(config, api)
+    except GpuctlError as err:  # a bad database URL: the GPUJobs stand in, as when it cannot be read
+        log.warning("user limits from the GPUJobs: the ledger database cannot be used (%s)", err.what)
+        sources = KubeSpend(lambda: ledger_gpujobs(config, api))
+    return sources.running_standing(body, limits, now)
 
 
 def admission_refusal(
@@ -146,12 +114,13 @@ def admission_refusal(
     ``cluster``: the zones the cluster has (:func:`operators.kubernetes.zones.cluster_candidates`: a job
     none of whose allowed zones it has is refused ``no_capacity``, naming them)."""
     config = cost_config()
+    sources = spend(config, api)
     decision = admit(
         spec,
         lambda s: cluster_candidates(s, cluster),
         config,
-        month_spent(config, now, api),
+        lambda budget: sources.team_spent(budget, now),
         namespace,
-        user_spent(config, now, api),
+        lambda user, limits: sources.admission_standing(user, limits, now),
     )
     return decision if isinstance(decision, Refused) else None

@@ -1,4 +1,4 @@
-"""The operator's writes to the ledger database (when one is configured), and its reads of it.
+"""The operator's writes to the ledger database (when one is configured), and the store its reads use.
 
 With ``GPUCTL_DATABASE_URL`` in the operator's environment (the chart's ``database.existingSecret``),
 every GPUJob's record goes to that database (:func:`orchestrator.state.external_jobs.record_external_job`:
@@ -15,7 +15,9 @@ a ``jobs`` row keyed by the GPUJob's uid, its segments keyed by (uid, index)), s
   raises :class:`~orchestrator.errors.TemporaryError`: the delete handler fails, kopf keeps the finalizer
   and tries again, so nothing is lost.
 
-Without the setting the operator writes nothing (the GPUJobs' statuses are the only record).
+Without the setting the operator writes nothing (the GPUJobs' statuses are the only record). Budgets
+and user limits read the database through :func:`ledger_store` and
+:class:`orchestrator.controller.kube_spend.KubeSpend` (the sums ``gpuctl submit`` checks too).
 """
 
 from __future__ import annotations
@@ -31,15 +33,8 @@ from typing import Any
 from orchestrator.backends.kubernetes.ledger import cluster_name
 from orchestrator.controller import actions as act
 from orchestrator.controller import engine
-from orchestrator.costs.budgets import (
-    TeamMatch,
-    gpujob_team,
-    gpujob_user,
-    month_spent,
-    month_window,
-    team_month_spent,
-)
-from orchestrator.errors import GpuctlError
+from orchestrator.controller.kube_spend import gpujob_ledger_id
+from orchestrator.costs.budgets import gpujob_team, gpujob_user
 from orchestrator.home import home_dir
 from orchestrator.state.database_url import URL_ENV, database_url
 from orchestrator.state.external_jobs import ExternalJob, record_external_job
@@ -63,11 +58,6 @@ def ledger_url() -> str | None:
     return database_url(home_dir())
 
 
-def _uid(body: Mapping[str, Any]) -> str:
-    meta = body.get("metadata") or {}
-    return str(meta.get("uid") or f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}")
-
-
 def ledger_record(
     body: Mapping[str, Any], state: JobState, now: datetime, cluster: str
 ) -> tuple[ExternalJob, tuple[SegmentState, ...]]:
@@ -75,7 +65,7 @@ def ledger_record(
     meta = body.get("metadata") or {}
     created = parse_iso_or_none(str(meta.get("creationTimestamp") or "")) or now
     job = ExternalJob(
-        id=_uid(body), name=str(meta.get("name") or ""), user=gpujob_user(body), team=gpujob_team(body),
+        id=gpujob_ledger_id(body), name=str(meta.get("name") or ""), user=gpujob_user(body), team=gpujob_team(body),
         backend=BACKEND, cluster=cluster, namespace=str(meta.get("namespace") or "default"),
         status=state.status, failure_reason=state.failure_reason, message=state.message,
         spec_json=json.dumps(dict(body.get("spec") or {}), sort_keys=True, default=str),
@@ -123,32 +113,6 @@ def ledger_store() -> JobStore | None:
         return store
 
 
-def ledger_team_month_spent(store: JobStore, team: TeamMatch, now: datetime) -> float:
-    """What ``team`` spent in the month of ``now`` over the whole ledger: every backend, namespace and
-    cluster that writes to it, deleted GPUJobs included."""
-    return team_month_spent(store.list_jobs(), store.segments(since=month_window(now).start), team, now)
-
-
-def ledger_user_month_spent(store: JobStore, user: str, now: datetime) -> float:
-    """What ``user``'s jobs spent in the month of ``now`` over the whole ledger."""
-    jobs = [j for j in store.list_jobs() if j.user == user]
-    return month_spent(jobs, store.segments(since=month_window(now).start), lambda _: True, now)
-
-
-def running_user_month_spent(user: str, now: datetime) -> float | None:
-    """``user``'s month spend over the whole ledger for a running job's pass; None without a ledger
-    database or while it cannot be read (then the GPUJobs' spend stands in: a running job's pass never
-    waits on the database)."""
-    try:
-        store = ledger_store()
-        return None if store is None else ledger_user_month_spent(store, user, now)
-    except GpuctlError as err:
-        log.warning(
-            "user %s's month spend from the GPUJobs: the ledger database cannot be read (%s)", user, err.what
-        )
-        return None
-
-
 class LedgerWrites:
     """The operator's ledger writes, with what it last wrote of each GPUJob (by uid)."""
 
@@ -184,7 +148,7 @@ class LedgerWrites:
         url = ledger_url()
         if url is None:
             return False
-        uid = _uid(body)
+        uid = gpujob_ledger_id(body)
         with self._lock:  # a retry closes the segment when the first try did: the pods were deleted then
             now = self._deleted_at.setdefault(uid, now)
         try:

@@ -15,7 +15,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from orchestrator.backends.kubernetes import client, ledger
-from orchestrator.backends.kubernetes.config import PRICE_CATALOG_ENV
 from orchestrator.backends.kubernetes.manifests import LABEL_ATTEMPT, LABEL_NODE_INDEX, check_kube_env
 from orchestrator.backends.kubernetes.status_model import GpuJobStatus
 from orchestrator.cli.log_files import LinePrinter, LogView, split_api_time
@@ -23,11 +22,16 @@ from orchestrator.cli.output import usd
 from orchestrator.cli.status_document import kubernetes_document
 from orchestrator.cli.views import print_jobs, print_status
 from orchestrator.controller.admission import NO_BUDGETS, Refused, admit
-from orchestrator.controller.placement import catalog_candidates
-from orchestrator.costs.budgets import CostConfig, TeamBudget, gpujob_month_spent
+from orchestrator.controller.kube_spend import KubeSpend
+from orchestrator.controller.kube_zones import client_cluster, cluster_candidates
+from orchestrator.controller.placement import Candidates
+from orchestrator.costs.budgets import CostConfig
 from orchestrator.costs.inputs import ReportInputs, read_ledger
-from orchestrator.errors import GpuctlError, NotFoundError, PermanentError
+from orchestrator.errors import GpuctlError, NotFoundError, PermanentError, UserError
+from orchestrator.home import home_dir
 from orchestrator.spec import JobSpec
+from orchestrator.state.external_jobs import configured_database_url
+from orchestrator.state.store import JobStore
 from orchestrator.terminal import terminal_text
 from orchestrator.times import parse_iso_or_none
 
@@ -47,26 +51,60 @@ def gpujob_document(obj: dict[str, Any]) -> dict[str, Any]:
     return kubernetes_document(obj).as_json()
 
 
+LIVE_ONLY_NOTE = (
+    "spend counted from the GPUJobs that exist in namespace {namespace} only: deleted GPUJobs, other "
+    "namespaces, other clusters and other backends are not seen without a ledger database (docs/kube.md)"
+)
+
+
 def admit_gpujob(spec: JobSpec, namespace: str, costs: CostConfig, now: datetime) -> None:
-    """Refuse, before any GPUJob is created, what the operator would refuse: priced by the catalog
-    the operator uses (``$GPUCTL_PRICE_CATALOG`` when set, as the chart sets it for the operator),
-    the team's month spend from the costs in its GPUJobs' status in ``namespace`` (listed only when
-    the team has a budget; a user not allowed to list them is told so, and the operator checks it)."""
+    """Refuse, before any GPUJob is created, what the operator would refuse, by its rules
+    (:func:`orchestrator.controller.admission.admit`): priced by the catalog the operator uses
+    (``$GPUCTL_PRICE_CATALOG`` when set, as the chart sets it for the operator), within the zones the
+    cluster has (:func:`orchestrator.controller.kube_zones.client_cluster`: skipped with a note when
+    this account may not list nodes or NodePools), charged to the user the operator charges (the
+    namespace), with the spend :class:`~orchestrator.controller.kube_spend.KubeSpend` sums: over the
+    whole ledger with a database (``GPUCTL_DATABASE_URL`` / ``database.url``), else over the GPUJobs of
+    ``namespace`` (a refusal says that is all it saw)."""
+    url = configured_database_url(home_dir())
+    sources = KubeSpend(
+        lambda: _namespace_gpujobs(namespace), None if url is None else JobStore(read_only=True)
+    )
+    cluster, note = client_cluster()
+    if note is not None:
+        print(terminal_text(f"gpuctl: note: {note}"), file=sys.stderr)
+    charged = spec.model_copy(update={"user": namespace})  # the operator charges the namespace (job_spec)
 
-    def spent(budget: TeamBudget) -> float:
-        try:
-            return gpujob_month_spent(client.list_gpujobs(namespace), budget.counts, now)
-        except PermanentError as err:
-            print(
-                terminal_text(f"gpuctl: note: team spend taken as 0 (the operator checks it): {err.what}"),
-                file=sys.stderr,
-            )
-            return 0.0
+    def search(s: JobSpec) -> Candidates:
+        return cluster_candidates(s, cluster)
 
-    catalog = os.environ.get(PRICE_CATALOG_ENV)
-    decision = admit(spec, lambda s: catalog_candidates(s, catalog), costs, spent, namespace)
-    if isinstance(decision, Refused):
-        raise decision.error()
+    decision = admit(
+        charged,
+        search,
+        costs,
+        lambda budget: sources.team_spent(budget, now),
+        namespace,
+        lambda user, limits: sources.admission_standing(user, limits, now),
+    )
+    if not isinstance(decision, Refused):
+        return
+    error = decision.error()
+    spend_refused = not isinstance(admit(charged, search, costs, namespace=namespace), Refused)
+    if url is None and spend_refused:  # with nothing spent it passes: the GPUJobs' spend refused it
+        error = UserError(f"{error.what} ({LIVE_ONLY_NOTE.format(namespace=namespace)})", error.fix)
+    raise error
+
+
+def _namespace_gpujobs(namespace: str) -> list[dict[str, Any]]:
+    """The GPUJobs of ``namespace``; none, with a note, when this account may not list them."""
+    try:
+        return client.list_gpujobs(namespace)
+    except PermanentError as err:
+        print(
+            terminal_text(f"gpuctl: note: spend of GPUJobs taken as 0 (the operator checks it): {err.what}"),
+            file=sys.stderr,
+        )
+        return []
 
 
 def submit(

@@ -143,6 +143,7 @@ async def test_the_over_budget_job_is_refused_and_no_gpujob_created(
     k = ("--backend", "kubernetes", "--namespace", "ml")
     code, out = await asyncio.to_thread(_cli, capsys, "submit", str(job), *k, "--detach")
     assert code == 2 and "above its max_hourly_usd $1.00/h" in out and "To fix" in out, out
+    assert "GPUJobs that exist" not in out, "no spend was involved"
     assert await asyncio.to_thread(client.list_gpujobs, "ml") == []
 
     job.write_text("name: p\ncommand: train.py\nmarket: {policy: nope}\n")

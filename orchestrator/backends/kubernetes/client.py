@@ -418,6 +418,12 @@ def node_names(nodes: list[dict[str, Any]] | None) -> set[str] | None:
 def list_node_pools(api: Any | None = None) -> list[dict[str, Any]]:
     """The cluster's Karpenter NodePools (``karpenter.sh/v1``); none when the CRD is not installed
     (404) or this account may not list them."""
+    return node_pools_if_listable(api) or []
+
+
+def node_pools_if_listable(api: Any | None = None) -> list[dict[str, Any]] | None:
+    """The cluster's Karpenter NodePools; none when the CRD is not installed (404), ``None`` when this
+    account may not list them (a client, unlike the operator, often may not: then nothing is known)."""
     custom = _custom_api(api)
     try:
         listing = _call(
@@ -427,8 +433,10 @@ def list_node_pools(api: Any | None = None) -> list[dict[str, Any]]:
             NODEPOOL_VERSION,
             NODEPOOL_PLURAL,
         )
-    except (PermanentError, NotFoundError):
+    except NotFoundError:
         return []
+    except PermanentError:
+        return None
     return list(listing.get("items", []))
 
 

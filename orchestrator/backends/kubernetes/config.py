@@ -7,6 +7,8 @@ the common node provisioners; the Helm chart passes overrides as JSON (``KubeCon
 from __future__ import annotations
 
 import copy
+import json
+import os
 import re
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -33,6 +35,8 @@ PRICE_CATALOG_ENV = "GPUCTL_PRICE_CATALOG"
 """A price catalog CSV replacing the built-in prices (the chart's ``priceCatalog``, mounted)."""
 COST_CONFIG_ENV = "GPUCTL_COST_CONFIG"
 """The operator's cost config (``budgets: {teams: ...}``, the chart's ``budgets``), mounted."""
+OPERATOR_CONFIG_ENV = "GPUCTL_OPERATOR_CONFIG"
+"""JSON of :class:`KubeConfig` (the chart writes it for the operator; a client may set it too)."""
 
 DEFAULT_GPU_PRODUCTS: dict[str, list[str]] = {
     "H100": ["NVIDIA-H100-80GB-HBM3", "NVIDIA-H100-PCIe", "NVIDIA-H100-NVL"],
@@ -148,6 +152,12 @@ class KubeConfig:
         config = cls(**data)
         config.capacity_labels()  # fail early on an unknown provider
         return config
+
+    @classmethod
+    def from_env(cls) -> KubeConfig:
+        """The settings in ``$GPUCTL_OPERATOR_CONFIG`` (JSON), else the defaults."""
+        raw = os.environ.get(OPERATOR_CONFIG_ENV)
+        return cls.from_dict(json.loads(raw)) if raw else cls()
 
     def capacity_labels(self) -> CapacityLabels:
         try:
