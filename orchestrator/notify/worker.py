@@ -9,6 +9,11 @@ growing delay (:class:`RetryPolicy`: 2 s, 4 s, 8 s, ... at most 5 min apart, 8 t
 minutes), and one that cannot be delivered (tries used up, or a permanent error such as HTTP 404)
 is removed and reported once through ``on_failed`` (the hosts record a ``notify_failed`` job event).
 Outcomes are written to the outbox by the worker's own thread, never by a sending thread.
+
+Several controllers sharing one database each run a worker over the same outbox: a worker sends a row
+only once it has claimed it (:meth:`Outbox.claim`), so each try goes out from one controller; a claim
+lasts the sender's deadline plus :data:`~orchestrator.notify.outbox.CLAIM_MARGIN_S`, after which a row
+left by a worker that died is sent by another.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import Connection
 
-from orchestrator.notify.outbox import Outbox, Pending
+from orchestrator.notify.outbox import CLAIM_MARGIN_S, Outbox, Pending
 from orchestrator.notify.senders import DeliveryError, Sender
 
 log = logging.getLogger(__name__)
@@ -79,6 +84,7 @@ class DeliveryWorker:
         clock: Callable[[], datetime] | None = None,
         poll_s: float = POLL_S,
         max_in_flight: int = MAX_IN_FLIGHT,
+        claim_s: float | None = None,
     ) -> None:
         self.outbox = outbox
         self.sender = sender
@@ -87,6 +93,8 @@ class DeliveryWorker:
         self.clock = clock or (lambda: datetime.now(UTC))
         self.poll_s = poll_s
         self.max_in_flight = max_in_flight
+        self.claim_s = sender.deadline_s + CLAIM_MARGIN_S if claim_s is None else claim_s
+        """How long a claim on a row being sent lasts (longer than one delivery may take)."""
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -116,10 +124,33 @@ class DeliveryWorker:
             return list(self._flights.values())
 
     def _dispatch(self, exclude: Collection[int] = ()) -> list[_Flight]:
-        """Start the due notifications whose target is free, up to :data:`MAX_IN_FLIGHT` under way."""
+        """Claim and start the due notifications whose target is free, up to :data:`MAX_IN_FLIGHT` under
+        way."""
         if self._stopping.is_set():
             return []
-        items = self.outbox.due(self.clock())
+        now = self.clock()
+        reserved = self._reserve(self.outbox.due(now), exclude)
+        until = now + timedelta(seconds=self.claim_s)
+        started = [f for f in reserved if self._claimed(f, now, until)]
+        for flight in started:
+            threading.Thread(
+                target=self._send, args=(flight,), name="gpuctl-notify-send", daemon=True
+            ).start()
+        return started
+
+    def _claimed(self, flight: _Flight, now: datetime, until: datetime) -> bool:
+        """Claim ``flight``'s row; one another worker took (or that went meanwhile) is let go."""
+        claimed = False
+        try:
+            claimed = self.outbox.claim(flight.item, now, until)
+        finally:
+            if not claimed:
+                with self._lock:
+                    del self._flights[flight.item.id]
+        return claimed
+
+    def _reserve(self, items: list[Pending], exclude: Collection[int]) -> list[_Flight]:
+        """Take places under way for ``items`` whose target is free (a target has one at a time)."""
         started: list[_Flight] = []
         with self._lock:
             busy = {f.target for f in self._flights.values()}
@@ -133,10 +164,6 @@ class DeliveryWorker:
                 self._flights[item.id] = flight
                 busy.add(target)
                 started.append(flight)
-        for flight in started:
-            threading.Thread(
-                target=self._send, args=(flight,), name="gpuctl-notify-send", daemon=True
-            ).start()
         return started
 
     def _send(self, flight: _Flight) -> None:
@@ -193,7 +220,7 @@ class DeliveryWorker:
 
     def stop(self, timeout_s: float = 15.0) -> None:
         """Stop starting deliveries; one under way is left to end on its own (its row stays in the
-        outbox and is sent again by the next worker: at least once)."""
+        outbox, claimed: a worker sends it again once the claim has passed)."""
         self._stopping.set()
         self._wake.set()
         if self._thread is not None:

@@ -25,9 +25,9 @@ import os
 import sqlite3
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
 from sqlalchemy.exc import DBAPIError
@@ -46,7 +46,7 @@ __all__ = [
     "upgrade_schema",
 ]  # fmt: skip
 
-REVISIONS = ("0001", "0002", "0003", "0004", "0005", "0006")
+REVISIONS = ("0001", "0002", "0003", "0004", "0005", "0006", "0007")
 """The Alembic revisions this gpuctl knows, oldest first (:mod:`orchestrator.state.migrations`)."""
 HEAD_REVISION = REVISIONS[-1]
 SCHEMA_VERSION = len(REVISIONS)
@@ -61,6 +61,7 @@ POOL_SIZE = 8
 MIGRATIONS = Path(__file__).with_name("migrations")
 
 Where = Path | str
+T = TypeVar("T")
 """Where a store lives, as messages name it: a SQLite file, or a PostgreSQL URL with its password masked."""
 
 KEPT_ENGINES = 8
@@ -230,6 +231,19 @@ class Connections:
                 if isinstance(statement, Prepared):
                     return list(statement.rows(conn, params))
                 return [dict(row) for row in conn.execute(statement, params).mappings()]
+            except BaseException as exc:
+                if _is_db_error(exc):
+                    _drop(conn)
+                    raise store_error(exc, self.location) from _cause(exc)
+                raise
+
+    def statement(self, run: Callable[[Connection], T]) -> T:
+        """``run`` a write that is one statement, outside any explicit transaction (the connection is
+        in autocommit: the statement is its own transaction, committed whole or not at all); a
+        database error drops the connection and is raised as the gpuctl error that says what happened."""
+        with self.connection() as conn:
+            try:
+                return run(conn)
             except BaseException as exc:
                 if _is_db_error(exc):
                     _drop(conn)

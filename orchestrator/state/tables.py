@@ -179,9 +179,13 @@ notifications = Table(
     Column("attempts", Integer, nullable=False, server_default=text("0")),
     Column("next_at", Text, nullable=False),
     Column("last_error", Text),
+    Column("claimed_by", Text),
+    Column("claimed_until", Text),
     Index("notifications_due", "backend", "next_at"),
     sqlite_autoincrement=True,
 )
+"""The notification outbox (:mod:`orchestrator.notify.outbox`); ``claimed_by`` / ``claimed_until``: the
+delivery worker sending the row's current try, until when (ISO text, UTC, like ``next_at``)."""
 
 
 job_leases = Table(

@@ -20,8 +20,8 @@ import pytest
 
 from orchestrator.notify import DeliveryError, Notification, Sender, senders
 from orchestrator.notify.network import refused
-from orchestrator.spec.env import FromEnv, SecretRef
 from orchestrator.spec.notify import NotifyEvent, NotifyTarget
+from tests.notify.delivery import no_secrets
 from tests.notify.receivers import SmtpReceiver, WebhookReceiver
 
 NOTE = Notification(job="j-1", team="ml", user="ana", event=NotifyEvent.FAILED, kind="transition",
@@ -44,10 +44,6 @@ METADATA_FORMS = [
     "ff02::1",
     "224.0.0.1",
 ]
-
-
-def no_secrets(ref: SecretRef | FromEnv, n: Notification) -> str:
-    raise AssertionError("no secret expected")
 
 
 def url_for(address: str) -> str:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -21,8 +20,8 @@ from orchestrator.notify import (
     RetryPolicy,
     Sender,
 )
-from orchestrator.spec.env import FromEnv, SecretRef
 from orchestrator.spec.notify import NotifyEvent, NotifyTarget
+from tests.notify.delivery import no_secrets, until
 from tests.notify.receivers import Trickler, WebhookReceiver
 
 DEADLINE_S = 2.0
@@ -31,17 +30,6 @@ DEADLINE_S = 2.0
 def note(job: str) -> Notification:
     return Notification(job=job, team="ml", user="ana", event=NotifyEvent.FAILED, kind="transition",
                         message="training exited with 1", time=datetime.now(UTC))  # fmt: skip
-
-
-def no_secrets(ref: SecretRef | FromEnv, n: Notification) -> str:
-    raise AssertionError("no secret expected")
-
-
-def until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
-    ends = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < ends
-        time.sleep(0.01)
 
 
 def slow_target(kind: str, trickler: Trickler) -> NotifyTarget:

@@ -11,8 +11,8 @@ import pytest
 from orchestrator.backends.secrets import reference_value
 from orchestrator.notify import DeliveryError, Notification, Sender
 from orchestrator.notify.payloads import MAX_PAYLOAD_BYTES, json_payload
-from orchestrator.spec.env import FromEnv, SecretRef
 from orchestrator.spec.notify import NotifyEvent, NotifyTarget
+from tests.notify.delivery import no_secrets
 from tests.notify.receivers import SmtpReceiver, WebhookReceiver
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -44,10 +44,6 @@ def headline(event: NotifyEvent) -> str:
 def note(event: NotifyEvent, message: str = "something happened") -> Notification:
     return Notification(job="train-ab12cd", team="ml", user="ana", event=event, kind=str(event),
                         message=message, time=NOW, evidence=EVIDENCE[event])  # fmt: skip
-
-
-def no_secrets(ref: SecretRef | FromEnv, n: Notification) -> str:
-    raise AssertionError("no secret expected")
 
 
 @pytest.mark.parametrize("event", list(NotifyEvent))
