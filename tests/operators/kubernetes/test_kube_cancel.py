@@ -15,19 +15,13 @@ from orchestrator.backends.kubernetes.crd import CANCEL_FIELD, GROUP, PLURAL, VE
 from orchestrator.backends.kubernetes.gpujob import cancel_requested, job_spec
 from orchestrator.cli.main import main
 from tests.cli.test_kube_jobs_cli import use_emulator
-from tests.operators.kubernetes.test_kube_operator import (  # the fixture and helpers, not the tests
+from tests.operators.kubernetes.operator_cluster import (
     NS,
-    RUNNING,
     Cluster,
-    cluster,
-    create_job,
     job_when,
-    pods_when,
-    set_pod_status,
+    start_running,
 )
 from tests.operators.kubernetes.test_kube_step import ON_DEMAND, SPOT, T0, condition, job, pod, run, running
-
-__all__ = ["cluster"]
 
 
 def test_the_cancel_mark_is_a_crd_field_and_no_job_spec_field() -> None:
@@ -67,10 +61,7 @@ async def test_cancel_a_running_gpujob_keeps_it_with_its_cost(
     cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     use_emulator(tmp_path, cluster.url, monkeypatch)
-    await create_job(cluster, "stopme", 2)
-    for p in await pods_when(cluster, lambda ps: len(ps) == 2):
-        await set_pod_status(cluster, p["metadata"]["name"], RUNNING)
-    await job_when(cluster, "stopme", lambda st: st.get("state") == "RUNNING")
+    await start_running(cluster, "stopme", 2)
 
     k = ("--backend", "kubernetes", "--namespace", NS)
     code, out = await asyncio.to_thread(_cli, capsys, "cancel", "stopme", *k)

@@ -28,8 +28,8 @@ from orchestrator.state.status import FailureReason, JobStatus
 from orchestrator.testing import FakeClock
 from orchestrator.testing.kube_cluster import NodeShape, SimulatedKubeCluster
 from orchestrator.times import iso_z as iso
+from tests.operators.kubernetes.operator_cluster import gpujob
 from tests.operators.kubernetes.operator_handlers import handlers
-from tests.operators.kubernetes.test_kube_operator import gpujob
 
 CLUSTER_ZONES = ("use1-az1", "use1-az2")
 HEADER = (

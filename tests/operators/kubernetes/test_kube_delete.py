@@ -14,29 +14,20 @@ import kubernetes.client as k8s
 import pytest
 
 from orchestrator.backends.kubernetes.crd import GROUP, PLURAL, VERSION
-from tests.operators.kubernetes.operator_handlers import handlers
-from tests.operators.kubernetes.test_kube_operator import (  # the fixture and helpers, not the tests
+from tests.operators.kubernetes.operator_cluster import (
     NS,
-    RUNNING,
     Cluster,
-    cluster,
-    create_job,
-    job_when,
-    pods_when,
-    set_pod_status,
+    start_running,
 )
+from tests.operators.kubernetes.operator_handlers import handlers
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.slow]  # slow: the real kopf operator against an API emulator
-__all__ = ["cluster"]
 
 
 async def test_a_deletion_during_a_tick_goes_on_when_the_tick_ends(
     cluster: Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    await create_job(cluster, "mid-tick", 1)
-    pods = await pods_when(cluster, lambda ps: len(ps) == 1)
-    await set_pod_status(cluster, pods[0]["metadata"]["name"], RUNNING)
-    await job_when(cluster, "mid-tick", lambda st: st.get("state") == "RUNNING")
+    await start_running(cluster, "mid-tick", 1)
 
     in_tick, release = threading.Event(), threading.Event()
     real = handlers.reconcile_isolated

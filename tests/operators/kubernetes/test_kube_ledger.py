@@ -20,7 +20,7 @@ import pytest
 from operators.kubernetes import ledger_db
 from orchestrator.backends.kubernetes.config import COST_CONFIG_ENV
 from orchestrator.backends.kubernetes.crd import GROUP, PLURAL, VERSION
-from orchestrator.backends.kubernetes.ledger import CLUSTER_NAME_ENV, DELETED_MISSING_NOTE
+from orchestrator.backends.kubernetes.ledger import DELETED_MISSING_NOTE
 from orchestrator.cli.main import main
 from orchestrator.controller.actions import CloseSegment, Transition
 from orchestrator.state.database_url import URL_ENV
@@ -31,32 +31,20 @@ from orchestrator.state.status import JobStatus
 from orchestrator.state.store import JobStore
 from orchestrator.testing.states import SPOT, drive, running_job
 from tests.cli.test_kube_jobs_cli import use_emulator
-from tests.operators.kubernetes.operator_handlers import handlers
-from tests.operators.kubernetes.test_kube_budget_namespaces import create, gpujob, status_when
-from tests.operators.kubernetes.test_kube_operator import (  # the fixture and helpers, not the tests
+from tests.operators.kubernetes.operator_cluster import (
+    CLUSTER,
     NS,
     RUNNING,
     Cluster,
-    cluster,
-    create_job,
     job_when,
     pods_when,
     set_pod_status,
+    start_running,
 )
+from tests.operators.kubernetes.operator_handlers import handlers
+from tests.operators.kubernetes.test_kube_budget_namespaces import create, gpujob, status_when
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.slow]  # slow: the real kopf operator against an API emulator
-__all__ = ["cluster"]
-
-CLUSTER = "prod-eu"
-
-
-@pytest.fixture
-def ledger(database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    """The operator's (and the CLI's) ledger database, this cluster named ``prod-eu``."""
-    monkeypatch.setenv(URL_ENV, database_url)
-    monkeypatch.setenv(CLUSTER_NAME_ENV, CLUSTER)
-    monkeypatch.setenv("GPUCTL_HOME", str(tmp_path / "home"))
-    return database_url
 
 
 def _read(url: str, home: Path, job_id: str) -> tuple[JobRecord | None, list[SegmentRecord]]:
@@ -116,9 +104,7 @@ async def _run_all(cluster: Cluster, count: int, attempt: int) -> None:
 async def test_a_gpujob_deleted_mid_run_keeps_every_segment_in_the_ledger_and_the_report(
     cluster: Cluster, ledger: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    await create_job(cluster, "gone", 2)
-    await _run_all(cluster, 2, attempt=1)
-    await job_when(cluster, "gone", lambda st: st.get("state") == "RUNNING")
+    await start_running(cluster, "gone", 2)
     await set_pod_status(cluster, "gone-n1", {"phase": "Failed", "reason": "Evicted"})  # a spot reclaim
     await _run_all(cluster, 2, attempt=2)
     await job_when(cluster, "gone", lambda st: st.get("state") == "RUNNING" and st.get("attempt") == 2)
@@ -162,9 +148,7 @@ async def test_cancel_leaves_cancelled_with_its_cost_in_the_ledger(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     use_emulator(tmp_path, cluster.url, monkeypatch)
-    await create_job(cluster, "stopme", 1)
-    await _run_all(cluster, 1, attempt=1)
-    await job_when(cluster, "stopme", lambda st: st.get("state") == "RUNNING")
+    await start_running(cluster, "stopme", 1)
     code, out = await asyncio.to_thread(
         _cli, capsys, "cancel", "stopme", "--backend", "kubernetes", "--namespace", NS
     )
@@ -192,9 +176,7 @@ async def test_an_unchanged_pass_writes_nothing_and_a_write_again_changes_nothin
         real(url, job, segments)
 
     monkeypatch.setattr(ledger_db, "record_external_job", counted)
-    await create_job(cluster, "steady", 1)
-    await _run_all(cluster, 1, attempt=1)
-    await job_when(cluster, "steady", lambda st: st.get("state") == "RUNNING")
+    await start_running(cluster, "steady", 1)
     home = tmp_path / "home"
     await ledger_when(cluster, ledger, home, "uid-steady", lambda j, ss: j.status is JobStatus.RUNNING)
     before, count = await asyncio.to_thread(_read, ledger, home, "uid-steady"), len(writes)
@@ -214,9 +196,7 @@ async def test_an_unchanged_pass_writes_nothing_and_a_write_again_changes_nothin
 async def test_a_database_down_at_deletion_keeps_the_gpujob_until_its_record_is_written(
     cluster: Cluster, ledger: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    await create_job(cluster, "kept", 1)
-    await _run_all(cluster, 1, attempt=1)
-    await job_when(cluster, "kept", lambda st: st.get("state") == "RUNNING")
+    await start_running(cluster, "kept", 1)
     tries: list[datetime] = []
     real = handlers.ledger.on_delete
 

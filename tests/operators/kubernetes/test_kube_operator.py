@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -12,7 +11,6 @@ from typing import Any
 
 import kubernetes.client as k8s
 import pytest
-import pytest_asyncio
 import yaml
 
 from operators.kubernetes.reconcile import reconcile_job
@@ -23,82 +21,25 @@ from orchestrator.contract import PROGRESS_LINE_PREFIX
 from orchestrator.monitor.samples import read_sample_ticks
 from orchestrator.monitor.summary import WindowAggregator, unavailable_record
 from orchestrator.state.gpu_usage import NO_NVML_MESSAGE, aggregate, usage_window
-from orchestrator.testing.kube_cluster import SimulatedKubeCluster
 from tests.controller.test_admission import OVER_BUDGET_JOB
-from tests.operators.kubernetes.operator_handlers import handlers
+from tests.operators.kubernetes.operator_cluster import (
+    NS,
+    RUNNING,
+    Cluster,
+    condition,
+    create_job,
+    gpujob,
+    handlers,
+    job_when,
+    names,
+    pods_when,
+    posted_events,
+    set_pod_status,
+)
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.slow]  # slow: the real kopf operator against an API emulator
 
-NS = "default"
 REPLAY = Path(__file__).resolve().parents[2] / "data" / "monitor" / "h100x8_synthetic.jsonl"
-
-
-Cluster = SimulatedKubeCluster  # the testing kit's cluster; these tests play its scheduler by hand
-
-
-@pytest_asyncio.fixture
-async def cluster(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Cluster]:
-    """kmock's API emulator with the real operator on it, on the wall clock, with no nodes: the tests
-    set the pods' phases themselves."""
-    async with SimulatedKubeCluster() as sim:
-        monkeypatch.setenv("GPUCTL_KUBE_API_URL", sim.url)
-        await sim.start_operator()
-        yield sim
-
-
-def gpujob(name: str, nodes: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "GPUJob",
-        "metadata": {"name": name, "namespace": NS, "uid": f"uid-{name}", "resourceVersion": "1"},
-        "spec": {
-            "command": "train.py --epochs 3",
-            "image": "example.com/train:1",
-            "resources": {"gpu_types": ["H100"], "gpus_per_node": 8, "nodes": nodes},
-            "market": {"mode": "spot"},
-            "checkpoint": {"notice_grace_seconds": 45},
-        },
-    }
-
-
-async def pods_when(cluster: Cluster, check: Callable[[list[dict[str, Any]]], bool]) -> Any:
-    async def probe() -> list[dict[str, Any]] | None:
-        pods = await cluster.pods()
-        return pods if check(pods) else None
-
-    return await cluster.wait_for("pods", probe)
-
-
-async def job_when(cluster: Cluster, name: str, check: Callable[[dict[str, Any]], bool]) -> Any:
-    async def probe() -> dict[str, Any] | None:
-        job = await cluster.job(name)
-        return job if check(job.get("status") or {}) else None
-
-    return await cluster.wait_for(f"status of {name}", probe)
-
-
-def names(pods: list[dict[str, Any]]) -> list[str]:
-    return sorted(p["metadata"]["name"] for p in pods)
-
-
-async def create_job(cluster: Cluster, name: str, nodes: Any) -> None:
-    body = gpujob(name, nodes)
-    await cluster.call(cluster.custom.create_namespaced_custom_object, GROUP, VERSION, NS, PLURAL, body)
-
-
-async def set_pod_status(
-    cluster: Cluster, name: str, status: dict[str, Any], node: str | None = None
-) -> None:
-    if node is not None:
-        await cluster.call(cluster.core.patch_namespaced_pod, name, NS, {"spec": {"nodeName": node}})
-    await cluster.call(cluster.core.patch_namespaced_pod_status, name, NS, {"status": status})
-
-
-RUNNING = {"phase": "Running"}
-
-
-def condition(status: dict[str, Any], kind: str) -> dict[str, Any] | None:
-    return next((c for c in status.get("conditions", []) if c["type"] == kind), None)
 
 
 async def test_create_makes_pods_with_placement_and_sidecar(cluster: Cluster) -> None:
@@ -302,17 +243,6 @@ async def test_unreadable_monitor_log_is_read_later_without_losing_windows(clust
     cluster.logs.failing.clear()
     job = await job_when(cluster, "k", lambda st: "gpuUsage" in st)
     assert job["status"]["gpuUsage"] == usage_of({"k-n0": lines})
-
-
-def posted_events(cluster: Cluster, about: str) -> list[dict[str, Any]]:
-    """The Events posted about GPUJob ``about`` (every POST, kept or not: kmock keeps one Event
-    without a name, and kopf lets the server generate the names)."""
-    return [
-        r.data
-        for r in list(cluster.emulator)
-        if r.method == "POST" and r.url.path.endswith("/events")
-        and (r.data or {}).get("involvedObject", {}).get("name") == about
-    ]  # fmt: skip
 
 
 async def test_over_budget_gpujob_fails_once_with_one_event(cluster: Cluster) -> None:

@@ -10,11 +10,10 @@ import pytest
 
 from orchestrator.backends.kubernetes.crd import GROUP, PLURAL, VERSION
 from orchestrator.backends.kubernetes.manifests import pod_group_name
-from tests.operators.kubernetes.test_kube_operator import (  # the fixture and helpers, not the tests
+from tests.operators.kubernetes.operator_cluster import (
     NS,
     RUNNING,
     Cluster,
-    cluster,
     gpujob,
     job_when,
     pods_when,
@@ -22,7 +21,6 @@ from tests.operators.kubernetes.test_kube_operator import (  # the fixture and h
 )
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.slow]  # slow: the real kopf operator against an API emulator
-__all__ = ["cluster"]
 
 GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
 COUNT_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"

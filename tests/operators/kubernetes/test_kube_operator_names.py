@@ -12,11 +12,10 @@ import kubernetes.client as k8s
 import pytest
 
 from orchestrator.backends.kubernetes.crd import GROUP, PLURAL, VERSION
-from tests.operators.kubernetes.test_kube_operator import (  # the fixture and helpers, not the tests
+from tests.operators.kubernetes.operator_cluster import (
     NS,
     RUNNING,
     Cluster,
-    cluster,
     condition,
     create_job,
     gpujob,
@@ -26,7 +25,6 @@ from tests.operators.kubernetes.test_kube_operator import (  # the fixture and h
 )
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.slow]  # slow: the real kopf operator against an API emulator
-__all__ = ["cluster"]
 
 DNS_1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 

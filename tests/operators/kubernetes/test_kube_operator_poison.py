@@ -21,8 +21,8 @@ from orchestrator.backends.kubernetes.manifests import MONITOR
 from orchestrator.contract import PROGRESS_LINE_PREFIX
 from orchestrator.testing import FakeClock
 from orchestrator.testing.kube_cluster import SimulatedKubeCluster
+from tests.operators.kubernetes.operator_cluster import gpujob, posted_events
 from tests.operators.kubernetes.operator_handlers import handlers
-from tests.operators.kubernetes.test_kube_operator import gpujob, posted_events
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.slow]  # slow: the real kopf operator against an API emulator
 

@@ -7,17 +7,15 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.backends.kubernetes.crd import GROUP, PLURAL, VERSION
-from tests.operators.kubernetes.test_kube_operator import (  # the fixture and helpers, not the tests
+from tests.operators.kubernetes.operator_cluster import (
     NS,
     Cluster,
-    cluster,
     gpujob,
     job_when,
     pods_when,
 )
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.slow]  # slow: the real kopf operator against an API emulator
-__all__ = ["cluster"]
 
 
 async def test_a_secret_reference_becomes_a_secret_key_ref(cluster: Cluster) -> None:

@@ -18,8 +18,8 @@ from operators.kubernetes.step import iso
 from orchestrator.policies.traces import AvailabilityTrace
 from orchestrator.testing import FakeClock
 from orchestrator.testing.kube_cluster import SimulatedKubeCluster
+from tests.operators.kubernetes.operator_cluster import gpujob
 from tests.operators.kubernetes.operator_handlers import handlers
-from tests.operators.kubernetes.test_kube_operator import gpujob
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.slow]  # slow: the real kopf operator against an API emulator
 
