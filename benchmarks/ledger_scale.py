@@ -5,9 +5,10 @@
 1. A ledger of ``--segments`` closed segments over ``--jobs`` finished jobs (60 days, five GPU types,
    forty users, eight teams) is written to a SQLite home through the store, then moved to a fresh
    database on a throwaway PostgreSQL server (``gpuctl db move``'s code, counts and totals checked).
-   ``gpuctl cost report``'s work is timed in process on each engine: reading the ledger
-   (``load_report_inputs``), building the report and rendering each format (table, CSV, JSON, HTML),
-   the median of ``--repeats`` runs.
+   ``gpuctl cost report``'s work is timed in process on each engine, as the CLI runs it (the garbage
+   collector paused): reading the ledger (``load_report_inputs``) and building the report, and that
+   plus rendering each format (table, CSV, JSON, HTML); wall and CPU seconds, the median of
+   ``--repeats`` runs.
 2. ``--running`` jobs of one node each run on the testing kit's simulated backend, driven by one
    controller per engine until every job is RUNNING; then one controller round (``tick_all``: load,
    observe, decide, persist every job) is timed, the median of ``--repeats`` rounds.
@@ -86,11 +87,13 @@ def build_ledger(home: Path, n_jobs: int, n_segments: int, now: datetime, seed: 
         conn.execute(sa.update(jobs).where(jobs.c.id.in_(ids)).values(status=str(JobStatus.SUCCEEDED)))
 
 
-def time_reports(home: Path, url: str, repeats: int, now: datetime) -> dict[str, float]:
-    """Seconds (median) to read the ledger and build the report, and to render each format."""
+def time_reports(home: Path, url: str, repeats: int, now: datetime) -> dict[str, tuple[float, float]]:
+    """Seconds (median; wall and this process's CPU) to read the ledger and build the report, and that
+    plus rendering each format, run as ``gpuctl cost report`` runs them (the garbage collector paused)."""
     from rich.console import Console
 
     from orchestrator.cli.cost_cmd import load_report_inputs
+    from orchestrator.costs.bulk import collector_paused
     from orchestrator.costs.html import to_html
     from orchestrator.costs.render import TABLE_ROWS, to_csv, to_json, to_table
     from orchestrator.costs.report import build_report_from
@@ -108,21 +111,36 @@ def time_reports(home: Path, url: str, repeats: int, now: datetime) -> dict[str,
         "json": to_json,
         "html": to_html,
     }
-    found: dict[str, float] = {}
-    found["read + build"] = median_s(
-        lambda: build_report_from(load_report_inputs(home), now, None, "job"), repeats
-    )
-    report = build_report_from(load_report_inputs(home), now, None, "job")
+
+    def report(render: Callable[[Any], str] | None) -> None:
+        with collector_paused():
+            built = build_report_from(load_report_inputs(home), now, None, "job")
+            if render is not None:
+                render(built)
+
+    found = {"read + build": wall_and_cpu(partial(report, None), repeats)}
     for name in FORMATS:
-        found[name] = found["read + build"] + median_s(partial(renders[name], report), repeats)
+        found[name] = wall_and_cpu(partial(report, renders[name]), repeats)
     return found
+
+
+def wall_and_cpu(fn: Callable[[], Any], repeats: int) -> tuple[float, float]:
+    """The median wall and CPU seconds of ``repeats`` runs of ``fn``."""
+    walls, cpus = [], []
+    for _ in range(repeats):
+        wall, cpu = time.perf_counter(), time.process_time()
+        fn()
+        walls.append(time.perf_counter() - wall)
+        cpus.append(time.process_time() - cpu)
+    return statistics.median(walls), statistics.median(cpus)
 
 
 # -- the controller --------------------------------------------------------------------------------
 
 
-def time_round(home: Path, url: str, n_running: int, repeats: int) -> tuple[float, int]:
-    """Seconds (median) of one controller round over ``n_running`` RUNNING jobs; the jobs running."""
+def time_round(home: Path, url: str, n_running: int, repeats: int) -> tuple[float, float, int]:
+    """Seconds (median) of one controller round over ``n_running`` RUNNING jobs, wall and this
+    process's CPU (the round's own work; the database server's is not in it); the jobs running."""
     from orchestrator.controller.loop import Controller
     from orchestrator.spec import load_spec_text
     from orchestrator.state.status import JobStatus
@@ -150,8 +168,13 @@ def time_round(home: Path, url: str, n_running: int, repeats: int) -> tuple[floa
         if all(j.status is JobStatus.RUNNING for j in store.list_jobs()):
             break
     running = sum(1 for j in store.list_jobs() if j.status is JobStatus.RUNNING)
-
-    return median_s(one_round, repeats), running
+    walls, cpus = [], []
+    for _ in range(repeats):
+        wall, cpu = time.perf_counter(), time.process_time()
+        one_round()
+        walls.append(time.perf_counter() - wall)
+        cpus.append(time.process_time() - cpu)
+    return statistics.median(walls), statistics.median(cpus), running
 
 
 # -- main ------------------------------------------------------------------------------------------
@@ -174,13 +197,16 @@ def main() -> None:
         if not args.round_only:
             rows += _reports(Path(tmp) / "ledger", server, args, now)
         os.environ.pop("GPUCTL_DATABASE_URL", None)
-        lite_round, lite_running = time_round(Path(tmp) / "ctl-sqlite", f"sqlite:///{Path(tmp) / 'ctl.db'}",
-                                              args.running, args.repeats)  # fmt: skip
-        pg_round, pg_running = time_round(
+        lite_round, lite_cpu, lite_running = time_round(Path(tmp) / "ctl-sqlite", f"sqlite:///{Path(tmp) / 'ctl.db'}",
+                                                        args.running, args.repeats)  # fmt: skip
+        pg_round, pg_cpu, pg_running = time_round(
             Path(tmp) / "ctl-pg", server.new_database(), args.running, args.repeats
         )
         rows.append((f"controller round ({lite_running}/{pg_running} running jobs)", lite_round, pg_round))
         rows.append(("  per job-tick", lite_round / max(1, lite_running), pg_round / max(1, pg_running)))
+        rows.append(("  per job-tick, CPU of gpuctl's process", lite_cpu / max(1, lite_running),
+                     pg_cpu / max(1, pg_running)))  # fmt: skip
+        print(f"load average (1, 5, 15 min) after the rounds: {os.getloadavg()}", file=sys.stderr)
 
     print("| measurement | SQLite | PostgreSQL | PG/SQLite |")
     print("|---|---:|---:|---:|")
@@ -205,11 +231,12 @@ def _reports(
     sqlite_url = f"sqlite:///{home / 'gpuctl.db'}"
     on_sqlite = time_reports(home, sqlite_url, args.repeats, now)
     on_pg = time_reports(home, pg_url, args.repeats, now)
+    print(f"load average (1, 5, 15 min) after the reports: {os.getloadavg()}", file=sys.stderr)
     for name in on_sqlite:
         label = "read ledger + build report" if name == "read + build" else f"cost report -o {name}"
-        rows.append(
-            (f"{label} ({args.segments:,} segments, {args.jobs:,} jobs)", on_sqlite[name], on_pg[name])
-        )
+        label = f"{label} ({args.segments:,} segments, {args.jobs:,} jobs)"
+        rows.append((label, on_sqlite[name][0], on_pg[name][0]))
+        rows.append(("  CPU of gpuctl's process", on_sqlite[name][1], on_pg[name][1]))
     return rows
 
 

@@ -18,7 +18,6 @@ or read), its pods and the nodes from listings shared by all passes
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 from collections import defaultdict
@@ -31,6 +30,7 @@ import kopf
 from operators.kubernetes import admission, metrics, notify
 from operators.kubernetes.ledger_db import LedgerWrites, ledger_url
 from operators.kubernetes.reconcile import reconcile_isolated
+from operators.kubernetes.spot_market import TIMER_S
 from operators.kubernetes.step import Decision
 from orchestrator.backends.kubernetes import client, intake
 from orchestrator.backends.kubernetes.config import KubeConfig
@@ -40,7 +40,7 @@ from orchestrator.backends.kubernetes.pods import cleanup_job
 from orchestrator.errors import GpuctlError, NotFoundError
 from orchestrator.state.status import JobStatus
 
-INTERVAL_S = float(os.environ.get("GPUCTL_RECONCILE_INTERVAL_S", "10"))
+INTERVAL_S = float(os.environ.get("GPUCTL_RECONCILE_INTERVAL_S", str(TIMER_S)))
 CANCELLATION_POLLING_S = 0.5  # how soon a deletion goes on once a running tick has ended
 FINALIZER = "gpuctl.dev/cleanup"
 _locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
@@ -65,8 +65,7 @@ cluster's clock here (:meth:`orchestrator.testing.kube_cluster.SimulatedKubeClus
 
 
 def load_config() -> KubeConfig:
-    raw = os.environ.get("GPUCTL_OPERATOR_CONFIG")
-    return KubeConfig.from_dict(json.loads(raw)) if raw else KubeConfig()
+    return KubeConfig.from_env()
 
 
 def _api() -> Any:
@@ -117,7 +116,7 @@ def _reconcile(name: str, namespace: str, body: Any, logger: Any) -> None:
     try:
         with _locks[key]:
             now = clock()
-            decision = reconcile_isolated(name, namespace, load_config(), now, _api(), view, body)
+            decision = reconcile_isolated(name, namespace, load_config(), now, _api(), view, body, INTERVAL_S)
             _record(key, body, decision, now, logger)
     except Exception as exc:
         raise _retry_later(key, exc, body, logger) from exc

@@ -30,6 +30,7 @@ from typing import Any, assert_never
 
 from operators.kubernetes.admission import admission_refusal, first_sight, user_standing
 from operators.kubernetes.rightsize import measurements, same_job, sized_spec
+from operators.kubernetes.spot_market import TIMER_S
 from operators.kubernetes.step import Decision, StatusJob, decision, fail, load_state, refuse, with_state
 from operators.kubernetes.zones import cluster_candidates, cluster_of, narrowed
 from orchestrator.backends.kubernetes import client
@@ -91,8 +92,10 @@ def reconcile_job(
     api: Any | None = None,
     view: ClusterView | None = None,
     body: Mapping[str, Any] | None = None,
+    interval_s: float = TIMER_S,
 ) -> Decision | None:
-    """Reconcile one GPUJob; ``None`` when it is gone. Errors from the API propagate (kopf retries).
+    """Reconcile one GPUJob; ``None`` when it is gone (``interval_s``: the operator's timer interval,
+    the least the market policy's tick may be). Errors from the API propagate (kopf retries).
 
     The tick is the one host's (:func:`host.run_tick` on an :class:`ApiJob`), crash safe as on every
     backend: (a) finish what an interrupted pass left (create the pods of nodes recorded as intents,
@@ -135,7 +138,7 @@ def reconcile_job(
         return _write_ended(name, namespace, status, fail(status, name, INVALID, err.message, now), api)
     if refused is not None:  # refused at admission: FAILED once, one event; never looked at again
         return _write_ended(name, namespace, status, refuse(status, name, refused, now), api)
-    side = ApiJob(spec, placed, body, namespace, candidates, config, now, api, view)
+    side = ApiJob(spec, placed, body, namespace, candidates, config, now, api, view, interval_s)
     try:
         tick = host.run_tick(side, now)
     except UserError as err:  # a pod rejected, or its name taken by another: retrying cannot help
@@ -165,6 +168,7 @@ class ApiJob(StatusJob):
         now: datetime,
         api: Any | None,
         view: ClusterView | None = None,
+        interval_s: float = TIMER_S,
     ) -> None:
         meta = body["metadata"]
         self.name, self.namespace, self.api, self.view = str(meta["name"]), namespace, api, view
@@ -178,7 +182,7 @@ class ApiJob(StatusJob):
         super().__init__(
             spec, self.read, pods, nodes, candidates, self.name,
             _created_at(body, now), config.regrow_after_s, config.spot_shortage_after_s,
-            cancel_requested=cancel_requested(body.get("spec") or {}),
+            cancel_requested=cancel_requested(body.get("spec") or {}), interval_s=interval_s,
         )  # fmt: skip
         self.pods_host = _Pods(placed, self.owner, self.namespace, config, api, view)
         self.logs: dict[str, str] = {}
@@ -309,12 +313,13 @@ def reconcile_isolated(
     api: Any | None = None,
     view: ClusterView | None = None,
     body: Mapping[str, Any] | None = None,
+    interval_s: float = TIMER_S,
 ) -> Decision | None:
     """:func:`reconcile_job`, whatever this GPUJob's data does: an error in the job itself
     (:func:`permanent_failure`) ends it FAILED through the engine (:func:`fail_unexpected`); a fault
     around it propagates (the caller retries the pass)."""
     try:
-        return reconcile_job(name, namespace, config, now, api, view, body)
+        return reconcile_job(name, namespace, config, now, api, view, body, interval_s)
     except Exception as exc:  # one GPUJob's data must not freeze it, nor stop the others
         reason = permanent_failure(exc)
         if reason is None:

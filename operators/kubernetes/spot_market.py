@@ -45,6 +45,10 @@ from orchestrator.controller.placement import Candidates
 from orchestrator.spec import JobSpec
 from orchestrator.state.job_state import JobState, ZoneMemory
 
+TIMER_S = 10.0
+"""The operator's interval between passes of a job (its kopf timer), unless
+``GPUCTL_RECONCILE_INTERVAL_S`` says otherwise: the least the market policy's tick may be."""
+
 
 def short_zones(memory: ZoneMemory, now: datetime, retry_after_s: float) -> set[str]:
     """The zones seen short of spot less than ``retry_after_s`` ago."""
@@ -120,6 +124,7 @@ def remember(
     now: datetime,
     retry_after_s: float,
     reclaimed: str | None = None,
+    interval_s: float = TIMER_S,
 ) -> tuple[MarketView, ZoneMemory]:
     """The market view of this pass (a zone short of spot offers no capacity), and the memory updated:
     the zone seen short, reclaimed or scheduled now, the history watched since the last pass (not once
@@ -137,10 +142,10 @@ def remember(
     zones = tuple(
         ZoneMarket(zone, spot, 0 if zone in short_now else None) for zone, spot in found.spot_by_zone.items()
     )
-    tick_h = max(0.0, (now - memory.at).total_seconds() / 3600.0) if memory.at else 0.0
+    tick_h = host.decision_tick_h(memory, now, interval_s)  # at least the timer's interval
     if not state.status.terminal:
         up = {z.zone: (z.capacity is None or z.capacity >= spec.resources.min_nodes) for z in zones}
-        memory, tick_h = host.watched(memory, up, now)
+        memory, _ = host.watched(memory, up, now)
     history = host.zone_history(memory)
     market = MarketView(zones, found.on_demand, history, tick_h, host.run_hours(state.segments, spec, now))
     return market, memory

@@ -27,6 +27,7 @@ from datetime import datetime
 from typing import Any
 
 from operators.kubernetes.spot_market import (
+    TIMER_S,
     as_candidates,
     policy_moves,
     reclaimed_zone,
@@ -150,6 +151,7 @@ def observe_pods(
     regrow_after_s: float,
     shortage_after_s: float,
     measurements: tuple[GpuMeasurement, ...] = (),
+    interval_s: float = TIMER_S,
 ) -> host.Observation:
     """What the pods and the status say of the job now. Kubernetes learns a zone's spot by trying it:
     a spot attempt whose pods all stayed unschedulable longer than ``shortage_after_s`` marks its zone
@@ -163,7 +165,7 @@ def observe_pods(
     scheduled = scheduled_zone(state, by_node, active)
     reclaimed = reclaimed_zone(state, by_node, active, existing_nodes)
     market, memory = remember(
-        state.zone_history, spec, found, state, short, scheduled, now, regrow_after_s, reclaimed
+        state.zone_history, spec, found, state, short, scheduled, now, regrow_after_s, reclaimed, interval_s
     )
     # a zone's spot is seen only by trying it: a failed try costs the shortage timeout (the policy's slack)
     market = dataclasses.replace(market, try_cost_h=shortage_after_s / 3600.0)
@@ -235,7 +237,10 @@ class StatusJob:
         shortage_after_s: float = 600.0,
         measurements: tuple[GpuMeasurement, ...] = (),
         cancel_requested: bool = False,
+        interval_s: float = TIMER_S,
     ) -> None:
+        self.interval_s = interval_s
+        """The operator's timer interval: the market policy's tick is never shorter."""
         self.spec, self.status, self.pods, self.existing_nodes = spec, dict(status), pods, existing_nodes
         self.cancel_requested = cancel_requested
         """The GPUJob's ``spec.cancel``: the engine cancels the job (as ``gpuctl cancel`` locally)."""
@@ -256,7 +261,7 @@ class StatusJob:
     def observe(self, state: JobState, now: datetime) -> host.Observation:
         seen = observe_pods(
             self.spec, state, self.status, self.pods, self.existing_nodes, self.found, self.submitted_at,
-            now, self.regrow_after_s, self.shortage_after_s, self.measurements,
+            now, self.regrow_after_s, self.shortage_after_s, self.measurements, self.interval_s,
         )  # fmt: skip
         return dataclasses.replace(seen, cancel_requested=self.cancel_requested)
 

@@ -10,7 +10,10 @@ Crash safety comes from ordering. All state changes of one tick are written in o
 *before* any side effect; nodes are written as ``intent`` first and launched after the commit.
 Every tick starts by finishing what a crash may have interrupted: intents are launched (the backend's
 launch is idempotent) and nodes the controller has ended but that still run are stopped. So killing
-the controller at any instant loses nothing and launches nothing twice.
+the controller at any instant loses nothing and launches nothing twice. In a controller round
+(:meth:`Driver.round`) the rows of its jobs are read at once (:meth:`Driver.read_round`), and on
+PostgreSQL the ticks that only recorded what they observed (no effect to follow) write their rows
+together at the round's end, each fenced by its lease, in one round trip.
 """
 
 from __future__ import annotations
@@ -18,8 +21,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, assert_never
+from enum import Enum
+from typing import Any, Protocol, assert_never
 
 from sqlalchemy import Connection
 
@@ -43,14 +48,46 @@ from orchestrator.spec import Checkpoint, JobSpec, MarketMode, spec_from_json
 from orchestrator.spec import RightSize as RightSizeMode
 from orchestrator.state.job_dir import JobDir
 from orchestrator.state.job_state import JobState, NodeLaunch, ZoneMemory
+from orchestrator.state.leases import Fence
 from orchestrator.state.records import JobRecord
-from orchestrator.state.state_rows import load_state, save_state
+from orchestrator.state.round_rows import round_rows
+from orchestrator.state.state_rows import RowWrite, load_state, row_write, save_row, save_rows, save_state
 from orchestrator.state.status import FailureReason, JobStatus
 from orchestrator.state.store import JobRows, JobStore
 from orchestrator.state.usage import UsageStore
+from orchestrator.state.watch import GpuActivity
 from orchestrator.state.zone_watch import ZoneWatch
 
 log = logging.getLogger(__name__)
+
+
+class Unread(Enum):
+    UNREAD = "unread"
+
+
+_UNREAD = Unread.UNREAD
+"""Not read with the round: the tick reads it itself."""
+
+
+@dataclass(frozen=True)
+class RoundRead:
+    """What a round read of one job for its tick (:meth:`Driver.read_round`)."""
+
+    rows: JobRows
+    activity: GpuActivity | None
+    """Its GPU activity when it is RUNNING (None: no window yet, or not running)."""
+
+
+class Fencing(Protocol):
+    """The lease check of a job's writes (:class:`~orchestrator.controller.leases.LeaseKeeper`)."""
+
+    def fence(self, conn: Connection, job_id: str) -> None:
+        """First in a write transaction: :class:`LeaseLost` unless the lease still holds."""
+        ...
+
+    def fence_of(self, job_id: str) -> Fence:
+        """What a write of ``job_id`` that is one statement checks (:class:`LeaseLost` when not held)."""
+        ...
 
 
 class Driver:
@@ -68,8 +105,11 @@ class Driver:
         notify: NotifyConfig | None = None,
         on_notify: Callable[[], None] | None = None,
         costs: CostConfig | None = None,
+        tick_s: float = host.TICK_SECONDS,
     ) -> None:
         self.store = store
+        self.tick_s = tick_s
+        """The controller's interval between passes: the policy's tick is never shorter."""
         self.backend = backend
         self.notify = notify or NotifyConfig()
         self.on_notify = on_notify
@@ -83,25 +123,39 @@ class Driver:
         """Job id -> its kept market log (read from the store once; it never changes)."""
         self.draining: dict[str, bool] = {}
         """Job id -> nodes the controller has ended still run (seen at the job's last tick)."""
-        self.fence: Callable[[Connection, str], None] | None = None
-        """Run first in each write transaction of a job's tick (the controller's lease check,
-        :mod:`orchestrator.controller.leases`): raising rolls the write back, and no effect follows."""
+        self._deferred: list[RowWrite] | None = None
+        """The row writes of the open :meth:`round` (None: no round open, each tick writes its own)."""
+        self.fence: Fencing | None = None
+        """The controller's lease check (:mod:`orchestrator.controller.leases`), run first in each
+        write of a job's tick: raising rolls the write back, and no effect follows."""
 
     @contextmanager
     def _write(self, job_id: str) -> Iterator[Connection]:
         """A write transaction of ``job_id``'s tick, fenced by :attr:`fence`."""
+        self._undefer(job_id)
         with self.store.transaction() as conn:
             if self.fence is not None:
-                self.fence(conn, job_id)
+                self.fence.fence(conn, job_id)
             yield conn
 
-    def tick(self, job_id: str, now: datetime | None = None) -> list[Action]:
-        """One tick of one job (:func:`host.run_tick`). Returns the actions applied (for tests and logs)."""
-        with self.store.pinned():  # one connection for the tick's dozen reads and its transaction
-            return self._tick(job_id, now or datetime.now(UTC))
+    def read_round(self, job_ids: Sequence[str]) -> dict[str, RoundRead]:
+        """What the ticks of ``job_ids`` read of the store, for all of them at once (a round: a few
+        queries, not a few per job). Read only once the controller holds their leases: no other
+        controller writes them after that."""
+        rows = round_rows(self.store, job_ids)
+        running = [job_id for job_id, r in rows.items() if r.record.status is JobStatus.RUNNING]
+        activity = UsageStore(self.store).every_activity(running) if running else {}
+        return {job_id: RoundRead(r, activity.get(job_id)) for job_id, r in rows.items()}
 
-    def _tick(self, job_id: str, now: datetime) -> list[Action]:
-        rows = self.store.job_rows(job_id)  # the row, options, cancel request and placement at once
+    def tick(self, job_id: str, now: datetime | None = None, read: RoundRead | None = None) -> list[Action]:
+        """One tick of one job (:func:`host.run_tick`). Returns the actions applied (for tests and logs).
+        ``read``: the job's rows as :meth:`read_round` read them (None: read them now)."""
+        with self.store.pinned():  # one connection for the tick's reads and its writes
+            return self._tick(job_id, now or datetime.now(UTC), read)
+
+    def _tick(self, job_id: str, now: datetime, read: RoundRead | None) -> list[Action]:
+        # the row, options, cancel request and placement at once (with nodes and segments in a round)
+        rows = read.rows if read is not None else self.store.job_rows(job_id)
         job = rows.record if rows is not None else self.store.job(job_id)
         try:
             spec = stored_spec(job)
@@ -110,8 +164,9 @@ class Driver:
                 raise  # the controller fails the job (see Controller.tick_job)
             self._stop_ended_nodes(job, load_state(self.store, job.id), _DEFAULT_GRACE_S)
             return []  # already ended for it: only stop leftovers
-        UsageStore(self.store).ingest(job.id, now)  # new GPU monitor window summaries of the job's nodes
-        tick = host.run_tick(SqlJob(self, job, spec, rows), now)
+        stored = UsageStore(self.store).ingest(job.id, now)  # new GPU monitor windows of the job's nodes
+        activity = read.activity if read is not None and not stored else _UNREAD
+        tick = host.run_tick(SqlJob(self, job, spec, rows, activity), now)
         if tick.actions:
             self.users.changed()
         self.draining[job.id] = tick.view.draining
@@ -164,9 +219,16 @@ class Driver:
 
     # --- 1. what the backend and the store say of the job now -----------------------------------
     def _observe(
-        self, job: JobRecord, state: JobState, spec: JobSpec, now: datetime, cancel: bool | None = None
+        self,
+        job: JobRecord,
+        state: JobState,
+        spec: JobSpec,
+        now: datetime,
+        cancel: bool | None = None,
+        activity: GpuActivity | Unread | None = _UNREAD,
     ) -> host.Observation:
-        """``cancel``: whether a cancel was requested, when the tick has read it (None: read it now)."""
+        """``cancel``: whether a cancel was requested, when the tick has read it (None: read it now);
+        ``activity``: the job's GPU activity, when the round has read it."""
         active_ids = [n.node_id for n in state.attempt_nodes if n.launch is not NodeLaunch.ENDED]
         observation = self.backend.observe(job.id, state.attempt, active_ids) if state.attempt else None
         ended_ids = list(state.node_ids(NodeLaunch.ENDED))
@@ -195,10 +257,13 @@ class Driver:
             if zone in capacity
             else self.backend.spot_capacity(job.id, zone, now),
             measurements=measurements,
-            gpu=UsageStore(self.store).activity(job.id) if running else None,
+            gpu=self._activity(job, activity) if running else None,
             cancel_requested=self.store.cancel_requested(job.id) if cancel is None else cancel,
             user=self.users.standing(job, now),
         )
+
+    def _activity(self, job: JobRecord, activity: GpuActivity | Unread | None) -> GpuActivity | None:
+        return UsageStore(self.store).activity(job.id) if activity is _UNREAD else activity
 
     def _market_view(
         self, job: JobRecord, spec: JobSpec, sized_type: str | None, state: JobState, now: datetime
@@ -221,11 +286,11 @@ class Driver:
             for zone, spot in found.spot_by_zone.items()
         )
         memory, kept = state.zone_history, state.zone_history
-        tick_h = max(0.0, (now - kept.at).total_seconds() / 3600.0) if kept and kept.at else 0.0
+        tick_h = host.decision_tick_h(kept, now, self.tick_s)
         log = self._market_log(job, spec, zones, build=not state.status.terminal)
         if not state.status.terminal:
             up = {z.zone: (z.capacity is None or z.capacity >= spec.resources.min_nodes) for z in zones}
-            memory, tick_h = host.watched(kept, up, now)
+            memory, _ = host.watched(kept, up, now)
             self.zone_watch.record({z.zone: z.capacity for z in zones}, now)
         run_h = run_hours(state.segments, spec, now)
         market = MarketView(zones, found.on_demand, host.zone_history(memory), tick_h, run_h, market_log=log)
@@ -257,10 +322,50 @@ class Driver:
     def _persist(self, job: JobRecord, spec: JobSpec, tick: host.Tick, now: datetime) -> None:
         if not tick.changed:
             return
+        write = self._row_write(job.id, tick, now)
+        if write is not None:
+            if self._deferred is not None and not (tick.actions or tick.effects):
+                self._deferred.append(write)  # what it observed alone: written with the round's others
+            else:
+                self._undefer(job.id)
+                save_row(self.store, write)
+            return
         with self._write(job.id) as conn:
             save_state(conn, job.id, tick.loaded, tick.state, tick.events, now)
             notified = self._enqueue(conn, job, spec, tick.notifications, now)
         self._notified(notified)
+
+    def _row_write(self, job_id: str, tick: host.Tick, now: datetime) -> RowWrite | None:
+        """The tick's write as one fenced statement, where it can be (:func:`row_write`)."""
+        if self.fence is None or self.store.sqlite or tick.notifications:
+            return None
+        fence = self.fence.fence_of(job_id)
+        return row_write(self.store, job_id, tick.loaded, tick.state, tick.events, now, fence)
+
+    def _undefer(self, job_id: str) -> None:
+        """A write of ``job_id`` made now supersedes its row write left for the round's end (which
+        would set its row back to what that earlier tick saw)."""
+        if self._deferred:
+            self._deferred = [w for w in self._deferred if w.job_id != job_id]
+
+    @contextmanager
+    def round(self) -> Iterator[set[str]]:
+        """A controller round (PostgreSQL): the ticks that only record what they observed (no action,
+        no effect, no event: a running job's progress, zone history, watch) write their job's row when
+        the round ends, all in one round trip (:func:`save_rows`), not one each; every other write is
+        made in its tick, before its effects, as always. The set yielded holds, after the block, the
+        jobs whose lease no longer held at that write (nothing of theirs was written). A crash before
+        the round's end loses those ticks' records alone, as a crash before any tick's write does:
+        the next tick observes again."""
+        lost: set[str] = set()
+        self._deferred = []
+        try:
+            yield lost
+        finally:
+            deferred, self._deferred = self._deferred, None
+            if deferred:
+                written = save_rows(self.store, deferred)
+                lost.update(w.job_id for w in deferred if w.job_id not in written)
 
     def _enqueue(
         self,
@@ -334,8 +439,16 @@ class SqlJob:
     """One job of the SQL store on the driver's backend: the host's :class:`~host.JobSide` for local
     and SLURM."""
 
-    def __init__(self, driver: Driver, job: JobRecord, spec: JobSpec, rows: JobRows | None = None) -> None:
+    def __init__(
+        self,
+        driver: Driver,
+        job: JobRecord,
+        spec: JobSpec,
+        rows: JobRows | None = None,
+        activity: GpuActivity | Unread | None = _UNREAD,
+    ) -> None:
         self.driver, self.job, self.spec = driver, job, spec
+        self._activity = activity
         self.job_id = job.id
         self.submitted_at = job.submitted_at
         self.ref = _ref(job)
@@ -353,7 +466,7 @@ class SqlJob:
         return self.driver._finish_interrupted(self.job, state, self.spec, now)
 
     def observe(self, state: JobState, now: datetime) -> host.Observation:
-        return self.driver._observe(self.job, state, self.spec, now, self._cancel)
+        return self.driver._observe(self.job, state, self.spec, now, self._cancel, self._activity)
 
     def persist(self, tick: host.Tick, now: datetime) -> None:
         self.driver._persist(self.job, self.spec, tick, now)
@@ -376,4 +489,4 @@ def stored_spec(job: JobRecord) -> JobSpec:
     return spec_from_json(job.spec_json, source=f"stored spec of job {job.id}")
 
 
-__all__ = ["Driver", "SqlJob", "run_hours", "stored_spec"]
+__all__ = ["Driver", "Fencing", "RoundRead", "SqlJob", "run_hours", "stored_spec"]

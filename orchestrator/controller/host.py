@@ -306,6 +306,19 @@ def zone_history(memory: ZoneMemory | None) -> ZoneHistory:
     )
 
 
+TICK_SECONDS = 1.0
+"""The local and SLURM controllers' interval between passes (``gpuctl controller run``)."""
+
+
+def decision_tick_h(memory: ZoneMemory | None, now: datetime, interval_s: float) -> float:
+    """The policy's tick (:attr:`MarketView.tick_h`: how late a decision may be carried out, and part
+    of its safety margin): the hours since the job's last pass, and never less than the host's
+    ``interval_s`` between passes: passes that follow each other at once (a first look, a pass
+    retried, a restart) still leave the next decision a whole interval away."""
+    since_h = max(0.0, (now - memory.at).total_seconds() / 3600.0) if memory and memory.at else 0.0
+    return max(since_h, interval_s / 3600.0)
+
+
 def watched(
     memory: ZoneMemory | None, available: Mapping[str, bool], now: datetime
 ) -> tuple[ZoneMemory, float]:

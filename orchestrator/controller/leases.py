@@ -11,7 +11,8 @@ every quarter of its time, so a lease never runs out while its holder is alive a
 controller takes a job over, and launches it again, in the middle of its holder's launch. Every write transaction of a tick starts with
 :meth:`LeaseKeeper.fence`: a controller that stalled past its lease (a stopped process, a long GC, a
 partition) and lost the job writes nothing, and launches nothing (the driver fences before it hands
-intents to the backend). A job's lease is lost without a word to the user: the new holder ticks it.
+intents to the backend); a write that is one statement carries the fence in itself
+(:meth:`LeaseKeeper.fence_of`). A job's lease is lost without a word to the user: the new holder ticks it.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 from sqlalchemy import Connection
 
 from orchestrator.errors import GpuctlError
-from orchestrator.state.leases import LEASE_S, JobLeases, LeaseLost, Transactions
+from orchestrator.state.leases import LEASE_S, Fence, JobLeases, LeaseLost, Transactions
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +84,19 @@ class LeaseKeeper:
         if held is None:
             raise LeaseLost(job_id)
         self.leases.fence(conn, job_id, held.generation)
+
+    def fence_of(self, job_id: str) -> Fence:
+        """What a write of ``job_id`` that is one statement checks (:func:`~orchestrator.state.leases.fence_cte`):
+        :class:`LeaseLost` at once when this controller does not hold the lease."""
+        held = self.held.get(job_id)
+        if held is None:
+            raise LeaseLost(job_id)
+        return self.leases.fence_of(job_id, held.generation)
+
+    def generation(self, job_id: str) -> int | None:
+        """The generation of ``job_id``'s lease as this controller holds it (None: not held)."""
+        held = self.held.get(job_id)
+        return None if held is None else held.generation
 
     def lost(self, job_id: str) -> None:
         self.held.pop(job_id, None)

@@ -43,8 +43,8 @@ from sqlalchemy import Connection
 from orchestrator.backends.base import Backend
 from orchestrator.backends.secrets import reference_value
 from orchestrator.controller.digest import register_digest_job
-from orchestrator.controller.driver import Driver
-from orchestrator.controller.host import permanent_failure
+from orchestrator.controller.driver import Driver, RoundRead
+from orchestrator.controller.host import TICK_SECONDS, permanent_failure
 from orchestrator.controller.leases import LeaseKeeper, LeaseLost
 from orchestrator.costs.budgets import load_cost_config
 from orchestrator.costs.inputs import read_ledger
@@ -61,7 +61,6 @@ logging.getLogger("apscheduler").setLevel(
     logging.ERROR
 )  # "skipped: max instances" is expected when a tick is slow
 
-TICK_SECONDS = 1.0
 LOCK_FD_ENV = "GPUCTL_CONTROLLER_LOCK_FD"
 """Set by :func:`spawn_background_controller` for the child it hands a held lock to: the inherited fd."""
 ACQUIRE_TRIES = 5
@@ -181,8 +180,10 @@ class Controller:
             retry,
         )
         costs = load_cost_config(store.home / "config.yaml")  # budgets: per-user limits while jobs run
-        self.driver = Driver(store, backend, load_notify_config(store.home), self.notifier.wake, costs)
-        self.driver.fence = self.leases.fence
+        self.driver = Driver(
+            store, backend, load_notify_config(store.home), self.notifier.wake, costs, tick_seconds
+        )
+        self.driver.fence = self.leases
         self.backend = backend
         self.tick_seconds = tick_seconds
         self.scheduler = BackgroundScheduler(timezone=UTC)
@@ -202,10 +203,20 @@ class Controller:
         ]  # fmt: skip
         held = self._take_leases([job.id for job in due])
         ours = [job.id for job in due if job.id in held]  # the others: ticked by the controllers holding them
-        for index, job_id in enumerate(ours):
-            if self.leases.stale(job_id):  # a long round: renew the rest of it at once, not job by job
-                self._take_leases(ours[index:])
-            self.tick_job(job_id, now)
+        read = self._read_round(ours)
+        try:
+            with self.driver.round() as lost:
+                for index, job_id in enumerate(ours):
+                    if self.leases.stale(
+                        job_id
+                    ):  # a long round: renew the rest of it at once, not job by job
+                        self._take_leases(ours[index:])
+                    self.tick_job(job_id, now, read.get(job_id))
+        except GpuctlError as exc:  # the round's row writes: the next round observes and writes again
+            log.warning("could not record what the round observed: %s", exc.message)
+        for job_id in lost:
+            self.leases.lost(job_id)
+            log.info("job %s: its lease passed to another controller", job_id)
         for job in due:
             # an ended job whose stopped nodes still run (saving a checkpoint) keeps the controller:
             # it must kill them after their grace period and stop the rendezvous, or they would leak
@@ -222,14 +233,33 @@ class Controller:
             log.warning("could not take the jobs' leases: %s", exc.message)
             return set()
 
-    def tick_job(self, job_id: str, now: datetime) -> None:
+    def _read_round(self, job_ids: list[str]) -> dict[str, tuple[int, RoundRead]]:
+        """Job id -> the generation of its lease as held now, and its rows read for its tick
+        (:meth:`Driver.read_round`); empty when they could not be read: each tick reads its own and
+        reports what fails for that job alone."""
+        generations = {job_id: self.leases.generation(job_id) for job_id in job_ids}
+        try:
+            read = self.driver.read_round(job_ids) if job_ids else {}
+        except Exception as exc:
+            log.warning("could not read the round's jobs at once (each tick reads its own): %s", exc)
+            return {}
+        return {
+            job_id: (generation, read[job_id])
+            for job_id, generation in generations.items()
+            if generation is not None and job_id in read
+        }
+
+    def tick_job(self, job_id: str, now: datetime, read: tuple[int, RoundRead] | None = None) -> None:
         """One job's tick, if this controller holds (or can take) its lease; never raises for an error
-        of that job (see the module's docstring)."""
+        of that job (see the module's docstring). ``read``: the generation of the lease the round
+        held when it read the job's rows, and those rows; used only while the lease is still of that
+        generation (no other controller can have written the job since)."""
         try:
             if not self.leases.ensure(job_id):
                 return  # another controller holds it
+            rows = read[1] if read is not None and read[0] == self.leases.generation(job_id) else None
             with self.leases.ticking(job_id):  # kept while the tick runs, however long its backend calls
-                self.driver.tick(job_id, now)
+                self.driver.tick(job_id, now, rows)
         except LeaseLost:  # lost while ticking: nothing of this tick was written
             self.leases.lost(job_id)
             log.info("job %s: its lease passed to another controller", job_id)

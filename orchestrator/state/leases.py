@@ -12,6 +12,8 @@ so the clocks of the machines the controllers run on never matter.
   controller's, of the generation it took, and unexpired, or :class:`LeaseLost` rolls the transaction
   back. On PostgreSQL the check locks the lease's row until the commit, so a takeover waits for the
   write and a write never lands after a takeover. On SQLite ``BEGIN IMMEDIATE`` serialises the same.
+  A write that is one statement (a running job's tick on PostgreSQL) carries the fence in itself
+  (:func:`fence_cte`): no transaction around it, the same guarantee.
 * :meth:`JobLeases.release` hands a stopping controller's leases back at once (expired now).
 """
 
@@ -21,9 +23,10 @@ import os
 import secrets
 import socket
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
-from sqlalchemy import Connection, Float, and_, bindparam, case, cast, literal, or_, select, update
+from sqlalchemy import CTE, Connection, Float, and_, bindparam, case, cast, literal, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.compiler import compiles
@@ -34,7 +37,10 @@ from orchestrator.errors import TemporaryError
 from orchestrator.state.prepared import Prepared
 from orchestrator.state.tables import job_leases
 
-__all__ = ["LEASE_S", "JobLeases", "LeaseLost", "db_epoch", "lease_holder", "live_holders", "new_holder"]
+__all__ = [
+    "LEASE_S", "Fence", "JobLeases", "LeaseLost", "db_epoch", "fence_cte", "lease_holder", "live_holders",
+    "new_holder",
+]  # fmt: skip
 
 LEASE_S = 5.0
 """A lease's length by default: five ticks of one second. A controller killed with -9 is replaced
@@ -84,7 +90,7 @@ def new_holder() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
 
 
-_FENCE = Prepared(
+_FENCE_UPDATE = (
     update(job_leases)
     .where(
         and_(
@@ -96,8 +102,39 @@ _FENCE = Prepared(
     )
     .values(expires_at=db_epoch() + cast(bindparam("lease_s"), Float))
 )
+_FENCE = Prepared(_FENCE_UPDATE)
 """The fence of every write transaction (:meth:`JobLeases.fence`), run on the driver directly: a
 tick's statement, compiled once (:mod:`orchestrator.state.prepared`)."""
+
+
+def fence_cte() -> CTE:
+    """The fence as a data-modifying ``WITH`` (PostgreSQL): ``fence.job_id`` is the job's id when
+    the lease is still the holder's, of its generation and unexpired (and is then extended), no row
+    otherwise. A write that selects its row through it (``WHERE id IN (SELECT job_id FROM fence)``)
+    is one statement, so one transaction: it writes only while the lease holds, and its lock on the
+    lease's row lasts until that write commits, as :meth:`JobLeases.fence` does in a transaction.
+    Its parameters: :meth:`Fence.params`."""
+    return _FENCE_UPDATE.returning(job_leases.c.job_id).cte("fence")
+
+
+@dataclass(frozen=True)
+class Fence:
+    """What a fenced write checks: ``holder`` holds ``job_id``'s lease of ``generation``, unexpired
+    (extended by ``lease_s`` when it does)."""
+
+    job_id: str
+    holder: str
+    generation: int
+    lease_s: float
+
+    def params(self) -> dict[str, Any]:
+        """The parameters of :data:`_FENCE` and :func:`fence_cte`."""
+        return {
+            "b_job_id": self.job_id,
+            "b_holder": self.holder,
+            "b_generation": self.generation,
+            "lease_s": self.lease_s,
+        }
 
 
 def _chunks(ids: Sequence[str]) -> Iterator[list[str]]:
@@ -150,14 +187,12 @@ class JobLeases:
     def fence(self, conn: Connection, job_id: str, generation: int) -> None:
         """In a write transaction (first): raise :class:`LeaseLost` unless this controller still holds
         ``job_id``'s lease of ``generation``, unexpired; extend it by ``lease_s`` when it does."""
-        params = {
-            "b_job_id": job_id,
-            "b_holder": self.holder,
-            "b_generation": generation,
-            "lease_s": self.lease_s,
-        }
-        if _FENCE.run(conn, params) != 1:
+        if _FENCE.run(conn, self.fence_of(job_id, generation).params()) != 1:
             raise LeaseLost(job_id)
+
+    def fence_of(self, job_id: str, generation: int) -> Fence:
+        """What a write of ``job_id`` checks when this controller holds its lease of ``generation``."""
+        return Fence(job_id, self.holder, generation, self.lease_s)
 
     def release(self) -> None:
         """Hand back every lease this controller holds (a controller stopping): they expire now."""

@@ -90,6 +90,29 @@ class Prepared:
         finally:
             cursor.close()
 
+    def returned_many(self, conn: Connection, many: Sequence[Params]) -> list[tuple[Any, ...]]:
+        """Run it once per parameter set (all with the same names), every one sent before any result
+        is awaited (psycopg's pipeline: one round trip to the server; SQLite runs them in turn); the
+        rows each returned (``RETURNING``), in order."""
+        if not many:
+            return []
+        sql, positional, defaults = self._sql(conn.dialect, tuple(many[0]))
+        merged = [{**defaults, **p} for p in many] if defaults else list(many)
+        args = [tuple(m[n] for n in positional) for m in merged] if positional is not None else merged
+        driver = _driver(conn)
+        if not hasattr(driver, "pipeline"):  # sqlite3
+            return [tuple(row) for a in args for row in driver.execute(sql, a).fetchall()]
+        found: list[tuple[Any, ...]] = []
+        cursor = driver.cursor()
+        try:
+            cursor.executemany(sql, args, returning=True)
+            while True:
+                found += [tuple(row) for row in cursor.fetchall()]
+                if not cursor.nextset():
+                    return found
+        finally:
+            cursor.close()
+
 
 def _driver(conn: Connection) -> Any:
     """The driver's connection (sqlite3's or psycopg's) under ``conn``."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -37,6 +38,7 @@ from orchestrator.state.job_state import (
     SegmentState,
     ZoneMemory,
 )
+from orchestrator.state.leases import Fence, LeaseLost, fence_cte
 from orchestrator.state.placement import Placement, flat_placement
 from orchestrator.state.prepared import Prepared
 from orchestrator.state.progress_state import GpuThroughput, ProgressState
@@ -72,8 +74,12 @@ def load_state(store: JobStore, job_id: str, job: JobRecord | JobRows | None = N
     if rows is not None:
         job = rows.record
     job = job if isinstance(job, JobRecord) and job.id == job_id else store.job(job_id)
-    nodes = store.nodes(job.id, job.attempts) if job.attempts else []
-    segments = store.segments(job.id, strict=True)
+    if rows is not None:  # read with the row (a controller round reads its jobs' rows at once)
+        nodes = store.nodes_in(rows) if job.attempts else []
+        segments = store.segments_in(rows)
+    else:
+        nodes = store.nodes(job.id, job.attempts) if job.attempts else []
+        segments = store.segments(job.id, strict=True)
     placement = _placement(store, job.id, job.attempts, rows)
     options = store.options_in(rows) if rows is not None else store.job_options(job.id)
     try:
@@ -186,7 +192,7 @@ def _save_job_and_options(dialect: str, keys: tuple[str, ...]) -> Prepared:
         assert all(k.isidentifier() for k in keys), keys  # the JSON paths below are written literally
         merged: ColumnElement[Any]
         if dialect == "postgresql":
-            merged = cast(cast(jobs.c.options_json, JSONB).op("||")(cast(bindparam("options"), JSONB)), Text)
+            merged = _pg_merged()
         else:
             paths: list[ColumnElement[Any]] = []
             for k in keys:
@@ -197,6 +203,22 @@ def _save_job_and_options(dialect: str, keys: tuple[str, ...]) -> Prepared:
         )
         found = _SAVE_JOB_AND_OPTIONS[(dialect, keys)] = Prepared(statement)
     return found
+
+
+def _pg_merged() -> ColumnElement[Any]:
+    """The job's options with the ``options`` parameter's keys merged in (PostgreSQL's ``jsonb ||``)."""
+    return cast(cast(jobs.c.options_json, JSONB).op("||")(cast(bindparam("options"), JSONB)), Text)
+
+
+_FENCE = fence_cte()  # its job id is b_job_id: a parameter named as a column would be SET there
+_FENCED_SAVE = Prepared(
+    update(jobs)
+    .where(jobs.c.id == bindparam("b_job_id"), jobs.c.id.in_(select(_FENCE.c.job_id)))
+    .values(**_JOB_VALUES, options_json=_pg_merged())
+    .returning(jobs.c.id)
+)
+"""The ``jobs`` row's update, its options merged, written only while the job's lease holds
+(:func:`~orchestrator.state.leases.fence_cte`): fence and write in one statement (PostgreSQL)."""
 
 
 _ADD_ATTEMPT = Prepared(insert(attempts))
@@ -240,11 +262,7 @@ def save_state(
 ) -> None:
     """Write the difference ``old`` -> ``new`` and ``events`` (inside the caller's transaction): the
     ``jobs`` row and the options that changed in one statement where the database can merge them."""
-    row = {
-        "job_id": job_id, "status": _text(new.status), "failure_reason": _text(new.failure_reason),
-        "message": new.message, "updated_at": _ts(now), "attempts": new.attempt, "preemptions": new.preemptions,
-        "restarts": new.restarts,
-    }  # fmt: skip
+    row = _row_params(job_id, new, now)
     updates = _option_updates(old, new)
     merged = _merge_params(conn.dialect.name, updates) if updates else None
     if merged is None:
@@ -264,6 +282,67 @@ def save_state(
             {"job_id": job_id, "time": _ts(now), "kind": e.kind, "message": e.message, "status": _text(e.status)}
             for e in events
         ])  # fmt: skip
+
+
+@dataclass(frozen=True)
+class RowWrite:
+    """A tick's write that is the job's row and options alone, fenced by the job's lease
+    (:func:`row_write`): written by :func:`save_row`, or with others by :func:`save_rows`."""
+
+    job_id: str
+    params: dict[str, Any]
+
+
+def row_write(
+    store: JobStore,
+    job_id: str,
+    old: JobState,
+    new: JobState,
+    events: Sequence[JobEvent],
+    now: datetime,
+    fence: Fence,
+) -> RowWrite | None:
+    """:func:`save_state`'s write as one statement that carries its lease's ``fence``, when that is
+    all the write is (PostgreSQL; the job's row and options changed, nothing else: a running job's
+    tick); None when it needs :func:`save_state` in a fenced transaction."""
+    if store.sqlite or events or new.attempt != old.attempt or new.attempt_nodes != old.attempt_nodes:
+        return None
+    if new.segments != old.segments:
+        return None
+    updates = _option_updates(old, new)
+    merged = _merge_params("postgresql", updates) if updates else {"options": "{}"}
+    if merged is None:
+        return None  # read, merged and written back as text: in a transaction
+    row = _row_params(job_id, new, now)
+    del row["job_id"]  # the fence's b_job_id names the row
+    return RowWrite(job_id, {**row, **merged, **fence.params()})
+
+
+def save_row(store: JobStore, write: RowWrite) -> None:
+    """``write`` as one statement, its own transaction (one round trip instead of ``BEGIN``, the
+    fence, the write and ``COMMIT``); :class:`LeaseLost` when the lease no longer holds (nothing
+    was written)."""
+    if not store.statement(lambda conn: _FENCED_SAVE.rows(conn, write.params)):
+        raise LeaseLost(write.job_id)
+
+
+def save_rows(store: JobStore, writes: Sequence[RowWrite]) -> set[str]:
+    """Each of ``writes`` as its own statement, all sent in one round trip (psycopg's pipeline), in
+    job id order (as leases are locked: two controllers never deadlock); the ids of the jobs written
+    (the others' leases no longer hold: nothing of theirs was written)."""
+    ordered = sorted(writes, key=lambda w: w.job_id)
+    if not ordered:
+        return set()
+    found = store.statement(lambda conn: _FENCED_SAVE.returned_many(conn, [w.params for w in ordered]))
+    return {str(row[0]) for row in found}
+
+
+def _row_params(job_id: str, new: JobState, now: datetime) -> dict[str, Any]:
+    return {
+        "job_id": job_id, "status": _text(new.status), "failure_reason": _text(new.failure_reason),
+        "message": new.message, "updated_at": _ts(now), "attempts": new.attempt, "preemptions": new.preemptions,
+        "restarts": new.restarts,
+    }  # fmt: skip
 
 
 def _save_nodes(conn: Connection, job_id: str, old: JobState, new: JobState, now: datetime) -> None:

@@ -20,12 +20,12 @@ from __future__ import annotations
 import json
 import logging
 import secrets
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection, and_, bindparam, func, insert, or_, select, true, update
 from sqlalchemy.sql import Executable
@@ -44,6 +44,7 @@ from orchestrator.state.tables import attempts, events, jobs, market_history, no
 from orchestrator.terminal import terminal_text
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def _ts(moment: datetime | None) -> str | None:
@@ -72,13 +73,12 @@ _SUMMARY = Prepared(
     select(jobs.c.id.label("job_id"), jobs.c.summary_json).where(jobs.c.id == bindparam("id"))
 )
 _CANCEL_REQUESTED = Prepared(select(jobs.c.cancel_requested).where(jobs.c.id == bindparam("id")))
-_JOB_ROWS = Prepared(
-    select(jobs, attempts.c.attempt.label("placement_attempt"), attempts.c.placement_json)
-    .select_from(
-        jobs.outerjoin(attempts, and_(attempts.c.job_id == jobs.c.id, attempts.c.attempt == jobs.c.attempts))
-    )
-    .where(jobs.c.id == bindparam("id"))
+WITH_PLACEMENT = select(
+    jobs, attempts.c.attempt.label("placement_attempt"), attempts.c.placement_json
+).select_from(
+    jobs.outerjoin(attempts, and_(attempts.c.job_id == jobs.c.id, attempts.c.attempt == jobs.c.attempts))
 )
+_JOB_ROWS = Prepared(WITH_PLACEMENT.where(jobs.c.id == bindparam("id")))
 """A job's ``jobs`` row and its current attempt's placement, in one query (a tick's first read)."""
 _MARKET_HISTORY = Prepared(select(market_history).where(market_history.c.job_id == bindparam("id")))
 _EVENTS = Prepared(
@@ -123,6 +123,12 @@ class JobRows:
     options: Mapping[str, Any]
     placement: Mapping[str, Any] | None
     """The ``attempts`` row's columns of the job's current attempt (None: no such row)."""
+    nodes: Sequence[Mapping[str, Any]] | None = None
+    """The current attempt's ``nodes`` rows, when read with the row (a controller round:
+    :func:`~orchestrator.state.round_rows.round_rows`), checked as they are used
+    (:meth:`JobStore.nodes_in`); None: read them when needed."""
+    segments: Sequence[Mapping[str, Any]] | None = None
+    """The job's ``segments`` rows, when read with the row (:meth:`JobStore.segments_in`)."""
 
 
 @dataclass(frozen=True)
@@ -177,6 +183,12 @@ class JobStore:
             raise InternalError(f"a write to the job store {self.path}, opened read-only")
         with self.connections.transaction() as conn:
             yield conn
+
+    def statement(self, run: Callable[[Connection], T]) -> T:
+        """``run`` a write that is one statement, its own transaction (:meth:`database.Connections.statement`)."""
+        if self.read_only:
+            raise InternalError(f"a write to the job store {self.path}, opened read-only")
+        return self.connections.statement(run)
 
     def pinned(self) -> AbstractContextManager[None]:
         """Until the block ends, this thread's reads and writes share one connection (a tick)."""
@@ -241,9 +253,10 @@ class JobStore:
         """The job of exactly this id with its options, cancel request and current placement, read in
         one query (None: no job has this id; :class:`DamagedRow` when its ``jobs`` row is damaged)."""
         rows = self._query(_JOB_ROWS, {"id": job_id})
-        if not rows:
-            return None
-        r = rows[0]
+        return self.rows_of(rows[0]) if rows else None
+
+    def rows_of(self, r: Mapping[str, Any]) -> JobRows:
+        """The :class:`JobRows` of one row of :data:`WITH_PLACEMENT` (:class:`DamagedRow` when damaged)."""
         try:
             record = _job_record(self._row("jobs", r, "id"))
         except DamagedRow as damage:
@@ -372,6 +385,16 @@ class JobStore:
             rows = self._query(_JOB_NODES, {"id": job_id})
         else:
             rows = self._query(_ATTEMPT_NODES, {"id": job_id, "attempt": attempt})
+        return self._node_records(rows)
+
+    def nodes_in(self, rows: JobRows) -> list[NodeRecord]:
+        """The current attempt's nodes that ``rows`` holds (:meth:`nodes` of its attempt, without a
+        query when :func:`~orchestrator.state.round_rows.round_rows` read them)."""
+        if rows.nodes is None:
+            return self.nodes(rows.record.id, rows.record.attempts)
+        return self._node_records(rows.nodes)
+
+    def _node_records(self, rows: Sequence[Mapping[str, Any]]) -> list[NodeRecord]:
         try:
             return [_node_record(self._row("nodes", r)) for r in rows]
         except DamagedRow as damage:  # the controller must not act on part of an attempt's nodes
@@ -386,8 +409,18 @@ class JobStore:
         params = {"id": job_id} if job_id is not None else {}
         if since is not None:
             params["since"] = since.astimezone(UTC).isoformat()
+        return self._segment_records(self._query(statement, params), strict)
+
+    def segments_in(self, rows: JobRows) -> list[SegmentRecord]:
+        """The job's segments that ``rows`` holds (:meth:`segments` of the job, ``strict``, without a
+        query when :func:`~orchestrator.state.round_rows.round_rows` read them)."""
+        if rows.segments is None:
+            return self.segments(rows.record.id, strict=True)
+        return self._segment_records(rows.segments, strict=True)
+
+    def _segment_records(self, rows: Sequence[Mapping[str, Any]], strict: bool) -> list[SegmentRecord]:
         found: list[SegmentRecord] = []
-        for r in self._query(statement, params):
+        for r in rows:
             try:
                 found.append(_segment_record(self._row("segments", r)))
             except DamagedRow as damage:

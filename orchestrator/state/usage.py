@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ from orchestrator.state.gpu_usage import (
 )
 from orchestrator.state.job_dir import SUMMARY_GLOB, job_dir_path
 from orchestrator.state.prepared import Prepared
+from orchestrator.state.round_rows import ROUND_CHUNK
 from orchestrator.state.store import JobStore, StoreWrites
 from orchestrator.state.tables import events, gpu_usage_files, gpu_usage_windows
 from orchestrator.state.watch import IDLE_UTIL_PCT, GpuActivity
@@ -86,6 +88,23 @@ class _Reads:
             select(func.max(_W.util_mean_pct).label("util")).where(job, _W.end == bindparam("end"), valid)
         )
         self.usage = select(*(gpu_usage_windows.c[name] for name in _USAGE_COLUMNS)).where(job, valid)
+        of_jobs = _W.job_id.in_(bindparam("ids", expanding=True))
+        last = (  # each job's newest window end and newest busy one
+            select(_W.job_id, func.max(_W.end).label("measured"), func.max(busy).label("busy"))
+            .where(of_jobs, valid)
+            .group_by(_W.job_id)
+            .subquery("last")
+        )
+        newest = (  # the utilization of each job's newest windows
+            select(_W.job_id, func.max(_W.util_mean_pct).label("util"))
+            .join(last, and_(last.c.job_id == _W.job_id, last.c.measured == _W.end))
+            .where(of_jobs, valid)
+            .group_by(_W.job_id)
+            .subquery("newest")
+        )
+        self.every_activity = select(last.c.job_id, last.c.measured, last.c.busy, newest.c.util).select_from(
+            last.outerjoin(newest, newest.c.job_id == last.c.job_id)
+        )
         self.every_usage = (  # every job's, in the order of the primary key
             select(_W.job_id, *(gpu_usage_windows.c[name] for name in _USAGE_COLUMNS))
             .where(valid)
@@ -117,6 +136,14 @@ _SEEN = select(events.c.id).where(
     events.c.kind == bindparam("kind"),
     events.c.message == bindparam("message"),
 )
+
+
+def _activity(measured: float, busy: float | None, util: float | None) -> GpuActivity:
+    return GpuActivity(
+        measured_until=datetime.fromtimestamp(float(measured), UTC),
+        busy_until=datetime.fromtimestamp(float(busy), UTC) if busy is not None else None,
+        util_pct=float(util or 0.0),
+    )
 
 
 def usage_from_files(job_dir: Path) -> GpuUsage | None:
@@ -248,11 +275,18 @@ class UsageStore:
             return None
         measured, busy = float(rows[0]["measured"]), rows[0]["busy"]
         newest = self.store._query(reads.newest, {"id": job_id, "end": measured})
-        return GpuActivity(
-            measured_until=datetime.fromtimestamp(measured, UTC),
-            busy_until=datetime.fromtimestamp(float(busy), UTC) if busy is not None else None,
-            util_pct=float(newest[0]["util"] or 0.0),
-        )
+        return _activity(measured, busy, newest[0]["util"])
+
+    def every_activity(self, job_ids: Sequence[str]) -> dict[str, GpuActivity]:
+        """:meth:`activity` of each of ``job_ids`` that has a window, in one query per
+        :data:`~orchestrator.state.round_rows.ROUND_CHUNK` jobs (a controller round)."""
+        ordered = sorted(set(job_ids))
+        found: dict[str, GpuActivity] = {}
+        for start in range(0, len(ordered), ROUND_CHUNK):
+            ids = {"ids": ordered[start : start + ROUND_CHUNK]}
+            for row in self.store._query(_READS[self.store.sqlite].every_activity, ids):
+                found[str(row["job_id"])] = _activity(row["measured"], row["busy"], row["util"])
+        return found
 
     def usage(self, job_id: str) -> GpuUsage | None:
         """The aggregate of the stored windows; None when nothing was measured."""

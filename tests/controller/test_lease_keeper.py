@@ -12,7 +12,7 @@ import pytest
 from orchestrator.backends.base import LaunchRequest
 from orchestrator.controller.loop import Controller
 from orchestrator.spec import load_spec_text
-from orchestrator.state.status import JobStatus
+from orchestrator.state.status import FailureReason, JobStatus
 from orchestrator.state.store import JobStore
 from orchestrator.testing import FakeClock, SimScript, SimulatedBackend
 
@@ -106,3 +106,51 @@ def test_a_tick_that_outlasts_the_lease_keeps_its_job(tmp_path: Path) -> None:
     assert taken and not any(taken), "the job changed hands in the middle of its holder's launch"
     assert store.job(job_id).status is JobStatus.RUNNING
     assert world.starts == {node: 1 for node in world.starts} and len(world.starts) == 2
+
+
+def _running_job(tmp_path: Path) -> tuple[JobStore, SimulatedBackend, FakeClock, Controller, str]:
+    clock = FakeClock()
+    world = SimulatedBackend(clock)
+    store = JobStore(tmp_path / "home")
+    spec = load_spec_text("name: steady\ncommand: train.py\nresources: {nodes: 1}\n")
+    job = store.create_job(name=spec.name, user="u", team="t", backend=world.name,
+                           spec_json=spec.model_dump_json(), deadline=None, now=clock.now())  # fmt: skip
+    world.script(job.id, SimScript(steps=10**9))
+    controller = Controller(store, world)
+    _rounds(controller, world, clock, 4)
+    assert store.job(job.id).status is JobStatus.RUNNING
+    return store, world, clock, controller, job.id
+
+
+def test_a_controller_whose_lease_ran_out_records_nothing_of_a_running_jobs_tick(tmp_path: Path) -> None:
+    store, world, clock, holder, job_id = _running_job(tmp_path)
+    before = store.job(job_id)
+    holder.leases.leases.lease_s = -1.0  # its leases run out before the round's writes
+    _rounds(holder, world, clock, 2)
+    assert store.job(job_id) == before, "the running job's row was not written"
+    assert job_id not in holder.leases.held, "the job is known lost"
+    other = Controller(store, world)
+    _rounds(other, world, clock, 1)
+    assert store.job(job_id).updated_at > before.updated_at, "the controller that took it over ticks it"
+
+
+def test_rows_read_under_a_lease_of_another_generation_are_read_again(tmp_path: Path) -> None:
+    store, world, clock, controller, job_id = _running_job(tmp_path)
+    generation = controller.leases.generation(job_id)
+    assert generation is not None
+    read = controller.driver.read_round([job_id])[job_id]  # read before the cancel below
+    store.request_cancel(job_id, clock.now())
+    clock.advance(1.0)
+    world.advance()
+    controller.tick_job(job_id, clock.now(), (generation - 1, read))  # the job changed hands since
+    assert store.job(job_id).status is JobStatus.CANCELLED, "the tick read the job's rows as they are now"
+
+
+def test_a_write_later_in_the_round_supersedes_the_rows_left_for_its_end(tmp_path: Path) -> None:
+    store, world, clock, controller, job_id = _running_job(tmp_path)
+    clock.advance(1.0)
+    world.advance()
+    with controller.driver.round():
+        controller.tick_job(job_id, clock.now())  # only observed: its row is left for the round's end
+        assert controller.driver.fail(job_id, FailureReason.INTERNAL_ERROR, "broken", clock.now())
+    assert store.job(job_id).status is JobStatus.FAILED, "the round's end did not set the row back"

@@ -94,3 +94,17 @@ def test_no_nvml_on_two_nodes_is_one_event_and_bad_lines_are_skipped(tmp_path: P
     assert usage.usage(job_id) is None
     assert usage.offsets(job_id) == {"monitor-summary-n0.jsonl": len("not json\n" + line),
                                      "monitor-summary-n1.jsonl": len("not json\n" + line)}  # fmt: skip
+
+
+def test_every_activity_of_a_round_is_each_jobs_activity(tmp_path: Path, window_lines: list[str]) -> None:
+    store = JobStore(tmp_path)
+    usage = UsageStore(store)
+    measured, idle, unmeasured = _job(store), _job(store), _job(store)
+    (store.job_dir(measured) / "monitor-summary-n0.jsonl").write_text("".join(window_lines))
+    quiet = [json.dumps({**json.loads(line), "util_mean_pct": 0.0}) + "\n" for line in window_lines[:3]]
+    (store.job_dir(idle) / "monitor-summary-n0.jsonl").write_text("".join(quiet))
+    for job_id in (measured, idle):
+        assert usage.ingest(job_id, NOW) > 0
+    found = usage.every_activity([measured, idle, unmeasured])
+    assert found == {job_id: usage.activity(job_id) for job_id in (measured, idle)}
+    assert found[idle].busy_until is None and usage.activity(unmeasured) is None
