@@ -24,6 +24,8 @@ from orchestrator.policies.base import choose_actions
 from orchestrator.policies.context import Action, BoolArray, FloatArray, IntArray, MarketBatch
 from orchestrator.policies.tries import may_try
 
+_ON_DEMAND = int(Action.ON_DEMAND)  # a plain int in the hot paths
+
 
 def line_lag_h(b: MarketBatch) -> FloatArray:
     """Hours of work the job is behind uniform progress's line now (negative: ahead of it)."""
@@ -38,7 +40,7 @@ def uniform_progress(b: MarketBatch, zone: IntArray) -> tuple[IntArray, IntArray
     n = b.elapsed_h.shape[0]
     rate = b.work_total_h / b.deadline_h
     behind = b.work_done_h < rate * b.elapsed_h
-    on_od = b.market == Action.ON_DEMAND
+    on_od = b.market == _ON_DEMAND
     catching_up = on_od & (b.work_done_h < rate * (b.elapsed_h + 2.0 * b.changeover_h))
     riding = b.on_spot_and_up()
     any_up = b.spot_available.any(axis=1)
@@ -55,7 +57,7 @@ def in_corridor(b: MarketBatch, allowed_lag_h: FloatArray) -> BoolArray:
     same side, so the corridor's edge never sends a job on and off on-demand."""
     lag = line_lag_h(b)
     rate = b.work_total_h / b.deadline_h
-    on_od = b.market == Action.ON_DEMAND
+    on_od = b.market == _ON_DEMAND
     upper = allowed_lag_h - np.where(on_od, rate * (2.0 * b.changeover_h + b.stop_h), 0.0)
     # ahead of the line, on on-demand: the planner still decides where the stopped job would be inside
     lower = -allowed_lag_h - np.where(on_od, rate * b.stop_h, 0.0)

@@ -22,6 +22,8 @@ from orchestrator.policies.base import choose_actions
 from orchestrator.policies.context import Action, FloatArray, IntArray, MarketBatch
 from orchestrator.policies.planning import PlanAheadPolicy
 
+_ON_DEMAND = int(Action.ON_DEMAND)  # a plain int in the hot paths
+
 
 class OnDemandPolicy(MarketPolicy):
     name = "on-demand"
@@ -29,7 +31,7 @@ class OnDemandPolicy(MarketPolicy):
 
     def decide_batch(self, b: MarketBatch) -> tuple[IntArray, IntArray]:
         n = b.elapsed_h.shape[0]
-        return np.full(n, int(Action.ON_DEMAND), dtype=np.int64), np.full(n, -1, dtype=np.int64)
+        return np.full(n, _ON_DEMAND, dtype=np.int64), np.full(n, -1, dtype=np.int64)
 
 
 class GreedyPolicy(MarketPolicy):
@@ -44,7 +46,7 @@ class GreedyPolicy(MarketPolicy):
         home_up = b.spot_available[:, 0]
         riding = b.on_spot_and_up()
         short = b.slack_h < b.safety_h
-        od = (b.market == Action.ON_DEMAND) | (short & ~riding)
+        od = (b.market == _ON_DEMAND) | (short & ~riding)
         return choose_actions(n, od, home_up & ~od, np.zeros(n, dtype=np.int64))
 
 
@@ -62,7 +64,7 @@ class EagerFailoverPolicy(MarketPolicy):
         any_up = b.spot_available.any(axis=1)
         zone = np.where(riding, b.zone, first_up)
         short = b.slack_h < b.safety_h
-        od = (b.market == Action.ON_DEMAND) | (short & ~riding)
+        od = (b.market == _ON_DEMAND) | (short & ~riding)
         return choose_actions(n, od, any_up & ~od, zone)
 
 
@@ -81,13 +83,11 @@ class UniformProgressPolicy(MarketPolicy):
         n = b.elapsed_h.shape[0]
         rate = b.work_total_h / b.deadline_h
         behind = b.work_done_h < rate * b.elapsed_h
-        catching_up = (b.market == Action.ON_DEMAND) & (
-            b.work_done_h < rate * (b.elapsed_h + 2.0 * b.changeover_h)
-        )
+        catching_up = (b.market == _ON_DEMAND) & (b.work_done_h < rate * (b.elapsed_h + 2.0 * b.changeover_h))
         riding = b.on_spot_and_up()
         home_up = b.spot_available[:, 0]
         short = b.slack_h < b.safety_h
-        committed = (b.market == Action.ON_DEMAND) & short
+        committed = (b.market == _ON_DEMAND) & short
         od = committed | catching_up | (short & ~riding) | (behind & ~home_up & ~riding)
         return choose_actions(n, od, home_up & ~od, np.zeros(n, dtype=np.int64))
 
@@ -130,7 +130,7 @@ class ReserveSlackPolicy(MarketPolicy):
         riding = b.on_spot_and_up()
         zone = np.where(riding, b.zone, best)
 
-        on_od = b.market == Action.ON_DEMAND
+        on_od = b.market == _ON_DEMAND
         short = slack < b.safety_h
         # switching on-demand -> spot costs a spot changeover now and, at the end of the run, an
         # on-demand one; the run must save more than that

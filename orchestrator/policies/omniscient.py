@@ -69,26 +69,29 @@ def omniscient(trace: AvailabilityTrace, job: SimJob, starts: IntArray) -> SimRe
 
     # in place: the arrays are (modes, starts, slack) at every tick, the loop runs every tick
     mins = np.empty((n, size), dtype=np.float32)
+    landings = co > 0 and size > co
+    # a slot is written again by the next tick's launches (from co on): only the rest needs clearing
+    cleared = co if landings else size
     for tau in range(w_last + slack + 1):
-        down = ~np.concatenate([always, up_all[:, starts + tau]])[:, :, None]  # (modes, n, 1)
+        down = np.nonzero(~np.concatenate([always, up_all[:, starts + tau]]))  # (mode, start) pairs
         slot = tau % ring
         w = warm
         if co > 0:
             np.minimum(w, arr[slot], out=w)
-        arr[slot].fill(inf)
+        arr[slot, :, :, :cleared].fill(inf)
         if co == 0:  # a launch is instant: free states may become warm where the zone is up
             np.minimum(w, free[None], out=w)
         # anything warm may stop (or lose its spot): it becomes free at the same lost time
         np.minimum(free, w.min(axis=0, out=mins), out=free)
-        np.copyto(w, inf, where=down)
+        w[down] = inf
         lost = tau - w_last
         if 0 <= lost < size:  # warm with w_last ticks of work done: one last partial tick
             best = np.minimum(best, (w[:, :, lost] + f_last * tick_price[:, None]).min(axis=0))
-        if co > 0 and size > co:  # launches land warm co ticks later, co ticks more lost
-            closed = ~np.concatenate([always, win_all[:, starts + tau]])[:, :, None]
+        if landings:  # launches land warm co ticks later, co ticks more lost
+            closed = np.nonzero(~np.concatenate([always, win_all[:, starts + tau]]))
             landing = arr[(tau + co) % ring, :, :, co:]
             np.add(free[None, :, : size - co], launch_price, out=landing)
-            np.copyto(landing, inf, where=closed)
+            landing[closed] = inf
         np.add(w, run_price, out=w)
         warm = w
         free[:, 1:] = free[:, :-1].copy()

@@ -177,10 +177,6 @@ class _Transitions:
     surv_idle: FloatArray  # ... a launch from idle
     surv_od: FloatArray  # ... a launch from on-demand
 
-    def at(self, tau: int) -> _Transitions:
-        i = tau if self.uu.shape[0] > 1 else 0
-        return _Transitions(*(getattr(self, f)[i] for f in self.__dataclass_fields__))
-
 
 def _transitions(
     models: list[MarketModel],
@@ -244,7 +240,6 @@ def plan(
     ring = c_lo + 2
     values = np.full((ring, 5, k, pad + n_s), _PENALTY)  # per step: IU, ID, OU, OD, R
     actions = np.zeros((k, n_t, n_s, 4), dtype=np.int8)
-    done_at = np.arange(n_s)[None, :]
     # the safety net decides there: on-demand; on on-demand also where the job, once stopped, would be
     netted = np.arange(n_s) < grid.safety_steps - 1e-6
     netted_od = np.arange(n_s) < grid.safety_steps + grid.stop_steps - 1e-6
@@ -263,16 +258,23 @@ def plan(
             values[(tau - lo - 1) % ring], lo + 1
         )
 
+    per_step = chances.uu.shape[0] > 1
+    fields = [getattr(chances, f) for f in chances.__dataclass_fields__]
+    # no stop to wait for: a launch from on-demand is one from idle (the same chances and values)
+    same_launch = c_od == c_idle
+    n_net, n_net_od = int(np.count_nonzero(netted)), int(np.count_nonzero(netted_od))
     for tau in range(n_t):
-        ch = chances.at(tau)
-        uu, du, cuu, cdu, suu, sdu = ch.uu, ch.du, ch.cuu, ch.cdu, ch.suu, ch.sdu
-        surv, surv_idle, surv_od = ch.surv, ch.surv_idle, ch.surv_od
-        iu1, id1, ou1, od1, r1 = at(values[(tau - 1) % ring], 0)
-        w_iu, w_id = at(values[(tau - 1) % ring][0], 1), at(values[(tau - 1) % ring][1], 1)
+        uu, du, cuu, cdu, suu, sdu, surv, surv_idle, surv_od = (f[tau if per_step else 0] for f in fields)
+        prev = values[(tau - 1) % ring]
+        iu1, id1, ou1, od1, r1 = at(prev, 0)
+        w_iu, w_id = at(prev[0], 1), at(prev[1], 1)
         l_iu, l_id, l_ou, l_od, l_r = landed(tau, c_idle)
         spot_launch = c * ps + surv_idle * l_r + (1.0 - surv_idle) * (q * l_iu + (1.0 - q) * l_id)
-        m_iu, m_id, _, _, m_r = (l_iu, l_id, l_ou, l_od, l_r) if c_od == c_idle else landed(tau, c_od)
-        spot_from_od = c * ps + surv_od * m_r + (1.0 - surv_od) * (q * m_iu + (1.0 - q) * m_id)
+        if same_launch:
+            spot_from_od = spot_launch
+        else:
+            m_iu, m_id, _, _, m_r = landed(tau, c_od)
+            spot_from_od = c * ps + surv_od * m_r + (1.0 - surv_od) * (q * m_iu + (1.0 - q) * m_id)
         wait_up = uu * w_iu + (1.0 - uu) * w_id
         wait_down = du * w_iu + (1.0 - du) * w_id
         stop_up, stop_down = wait_up, wait_down
@@ -287,23 +289,30 @@ def plan(
             (stop_down, None, po + du * ou1 + (1.0 - du) * od1),  # on-demand, market down
         )
         for i, (wait, spot, od) in enumerate(situations):
-            # the cheapest, ties to the first of wait, spot, on-demand (codes 0, 1, 2)
-            act, best = np.zeros((k, n_s), dtype=np.int8), wait
-            if spot is not None:
-                act[spot < best] = _SPOT
-                best = np.minimum(best, spot)
-            act[od < best] = _ON_DEMAND
-            best = np.minimum(best, od)
-            net = netted_od if i >= OD_UP else netted
-            act[:, net] = _ON_DEMAND
-            best[:, net] = od[:, net]
-            actions[:, tau, :, i] = act
-            cur[i, :, pad:] = best
+            actions[:, tau, :, i] = _cheapest(wait, spot, od, cur[i, :, pad:])
+            net = n_net_od if i >= OD_UP else n_net
+            actions[:, tau, :net, i] = _ON_DEMAND
+            cur[i, :, pad : pad + net] = od[:, :net]
         cur[4, :, pad:] = ps + surv * r1 + (1.0 - surv) * (q * iu1 + (1.0 - q) * id1)
         body = cur[:, :, pad:]
-        body[:, np.broadcast_to(done_at >= tau, (k, n_s))] = 0.0  # no work left
+        body[:, :, tau:] = 0.0  # no work left: slack at least the time left
         np.minimum(body, _PENALTY, out=body)
     return actions
+
+
+def _cheapest(
+    wait: FloatArray, spot: FloatArray | None, od: FloatArray, best: FloatArray
+) -> NDArray[np.int8]:
+    """The cheapest action's code, ties to the first of wait, spot, on-demand (codes 0, 1, 2); its
+    value goes to ``best``."""
+    if spot is None:
+        np.minimum(wait, od, out=best)
+        act: NDArray[np.int8] = np.where(od < wait, np.int8(_ON_DEMAND), np.int8(0))
+        return act
+    first = np.minimum(wait, spot)
+    np.minimum(first, od, out=best)
+    act = np.where(od < first, np.int8(_ON_DEMAND), (spot < wait).view(np.int8) * np.int8(_SPOT))
+    return act
 
 
 _LOSS_BINS = 2.0 ** np.arange(-9.0, 4.01, 1.0)  # rates per hour: one event in 512 h to in 4 min

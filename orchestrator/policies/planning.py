@@ -48,6 +48,8 @@ from orchestrator.policies.guard import allowed_lag_h, bounded
 from orchestrator.policies.planner import IDLE_DOWN, IDLE_UP, OD_DOWN, OD_UP, PlanGrid, cycle_keys, plan_cache
 from orchestrator.policies.tries import may_try
 
+_SPOT, _ON_DEMAND = int(Action.SPOT), int(Action.ON_DEMAND)  # plain ints in the hot paths
+
 
 class PlanAheadPolicy(MarketPolicy):
     name = "plan-ahead"
@@ -78,7 +80,7 @@ class PlanAheadPolicy(MarketPolicy):
         any_up = b.spot_available.any(axis=1)
         best_up = np.argmin(np.where(b.spot_available, loss, np.inf), axis=1)
         zone = np.where(riding, b.zone, best_up)
-        on_od = b.market == Action.ON_DEMAND
+        on_od = b.market == _ON_DEMAND
         # the safety net; on on-demand it reaches the stop higher: leave only if still above it once stopped
         short = b.slack_h < b.safety_h + np.where(on_od, b.stop_h, 0.0)
         if not (math.isfinite(b.deadline_h) and math.isfinite(b.work_total_h)):
@@ -106,7 +108,7 @@ class PlanAheadPolicy(MarketPolicy):
         planned = cache.lookup(
             ride_loss, failover, any_recovery, np.maximum(b.time_left_h, 0.0), b.slack_h, situation, cycle
         )
-        leaving = on_od & (planned != Action.ON_DEMAND)
+        leaving = on_od & (planned != _ON_DEMAND)
         if leaving.any():  # only if the plan, asked again once stopped, would not send it straight back
             idle = np.where(any_up, IDLE_UP, IDLE_DOWN)
             after_h = np.maximum(b.time_left_h - b.stop_h, 0.0)
@@ -114,13 +116,13 @@ class PlanAheadPolicy(MarketPolicy):
                 ride_loss, failover, any_recovery, after_h, b.slack_h - b.stop_h, idle, cycle
             )
             # spot the stopped job may not try (a failed try would cross the net) is on-demand again
-            untried = (again == Action.SPOT) & (b.slack_h - b.stop_h < b.try_safety_h - 1e-9)
-            again = np.where(untried, int(Action.ON_DEMAND), again)
-            planned = np.where(leaving & (again == Action.ON_DEMAND), int(Action.ON_DEMAND), planned)
+            untried = (again == _SPOT) & (b.slack_h - b.stop_h < b.try_safety_h - 1e-9)
+            again = np.where(untried, _ON_DEMAND, again)
+            planned = np.where(leaving & (again == _ON_DEMAND), _ON_DEMAND, planned)
         # a try of spot that may fail (Kubernetes) must leave the job above the net: else on-demand
-        planned = np.where((planned == Action.SPOT) & ~riding & ~may_try(b), int(Action.ON_DEMAND), planned)
-        od = (short & ~riding) | (~riding & (planned == Action.ON_DEMAND))
-        spot = riding | (any_up & (planned == Action.SPOT) & ~od)
+        planned = np.where((planned == _SPOT) & ~riding & ~may_try(b), _ON_DEMAND, planned)
+        od = (short & ~riding) | (~riding & (planned == _ON_DEMAND))
+        spot = riding | (any_up & (planned == _SPOT) & ~od)
         decided = choose_actions(n, od, spot, zone)
         if math.isinf(self.lag_share):
             return decided
