@@ -17,7 +17,7 @@ from typing import Any
 from orchestrator.backends.kubernetes import client
 from orchestrator.backends.kubernetes.cluster_zones import ClusterZones, cluster_zones
 from orchestrator.backends.kubernetes.config import PRICE_CATALOG_ENV, KubeConfig
-from orchestrator.catalog.offers import MarketKind, Offer, builtin_offers, read_offers_csv
+from orchestrator.catalog.offers import MarketKind, builtin_offers, find_offers, read_offers_csv
 from orchestrator.controller.placement import Candidates, NoPlacement, catalog_candidates
 from orchestrator.spec import JobSpec
 
@@ -63,19 +63,16 @@ def client_cluster(api: Any | None = None) -> tuple[ClusterZones | None, str | N
 
 def _allowed(spec: JobSpec, catalog: str | None) -> str:
     """The zones of the catalog's offers the spec allows, for a refusal."""
-    offers: list[Offer] = list(
-        read_offers_csv(catalog, "chart price catalog") if catalog else builtin_offers()
-    )
-    types = {t.lower() for t in spec.resources.gpu_types}
+    offers = read_offers_csv(catalog, "chart price catalog") if catalog else builtin_offers()
+    market = spec.market
     zones = sorted(
         {
             o.zone
-            for o in offers
-            if o.gpu_type.lower() in types
-            and (spec.market.cloud is None or o.cloud == spec.market.cloud)
-            and (not spec.market.regions or o.region in spec.market.regions)
-            and (not spec.market.zones or o.zone in spec.market.zones)
-            and any(o.price(m) is not None for m in MarketKind)
+            for gpu_type in spec.resources.gpu_types
+            for o in find_offers(
+                gpu_type, offers=offers, cloud=market.cloud, regions=market.regions, zones=market.zones
+            )
+            if any(o.price(m) is not None for m in MarketKind)
         }
     )
     shown = ", ".join(zones[:12]) + (f" and {len(zones) - 12} more" if len(zones) > 12 else "")
