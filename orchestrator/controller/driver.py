@@ -123,7 +123,7 @@ class Driver:
         """Job id -> its kept market log (read from the store once; it never changes)."""
         self.draining: dict[str, bool] = {}
         """Job id -> nodes the controller has ended still run (seen at the job's last tick)."""
-        self._deferred: list[RowWrite] | None = None
+        self._deferred: dict[str, RowWrite] | None = None
         """The row writes of the open :meth:`round` (None: no round open, each tick writes its own)."""
         self.fence: Fencing | None = None
         """The controller's lease check (:mod:`orchestrator.controller.leases`), run first in each
@@ -325,7 +325,7 @@ class Driver:
         write = self._row_write(job.id, tick, now)
         if write is not None:
             if self._deferred is not None and not (tick.actions or tick.effects):
-                self._deferred.append(write)  # what it observed alone: written with the round's others
+                self._deferred[job.id] = write  # what it observed alone: written with the round's others
             else:
                 self._undefer(job.id)
                 save_row(self.store, write)
@@ -346,7 +346,7 @@ class Driver:
         """A write of ``job_id`` made now supersedes its row write left for the round's end (which
         would set its row back to what that earlier tick saw)."""
         if self._deferred:
-            self._deferred = [w for w in self._deferred if w.job_id != job_id]
+            self._deferred.pop(job_id, None)
 
     @contextmanager
     def round(self) -> Iterator[set[str]]:
@@ -358,14 +358,14 @@ class Driver:
         the round's end loses those ticks' records alone, as a crash before any tick's write does:
         the next tick observes again."""
         lost: set[str] = set()
-        self._deferred = []
+        self._deferred = {}
         try:
             yield lost
         finally:
             deferred, self._deferred = self._deferred, None
             if deferred:
-                written = save_rows(self.store, deferred)
-                lost.update(w.job_id for w in deferred if w.job_id not in written)
+                written = save_rows(self.store, list(deferred.values()))
+                lost.update(set(deferred) - written)
 
     def _enqueue(
         self,
