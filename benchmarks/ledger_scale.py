@@ -1,6 +1,7 @@
 """Benchmark: the ledger and the controller on SQLite and on PostgreSQL; prints a markdown table.
 
     python benchmarks/ledger_scale.py [--jobs 2000] [--segments 100000] [--running 1000] [--repeats 3]
+        [--round-only | --reports-only]
 
 1. A ledger of ``--segments`` closed segments over ``--jobs`` finished jobs (60 days, five GPU types,
    forty users, eight teams) is written to a SQLite home through the store, then moved to a fresh
@@ -187,6 +188,9 @@ def main() -> None:
     parser.add_argument("--running", type=int, default=1000, help="running jobs in the controller round")
     parser.add_argument("--repeats", type=int, default=3, help="runs per measurement (the median is shown)")
     parser.add_argument("--round-only", action="store_true", help="only the controller round (no ledger)")
+    parser.add_argument(
+        "--reports-only", action="store_true", help="only the cost reports (no controller round)"
+    )
     args = parser.parse_args()
 
     from orchestrator.testing.postgres import PostgresServer
@@ -197,22 +201,30 @@ def main() -> None:
         if not args.round_only:
             rows += _reports(Path(tmp) / "ledger", server, args, now)
         os.environ.pop("GPUCTL_DATABASE_URL", None)
-        lite_round, lite_cpu, lite_running = time_round(Path(tmp) / "ctl-sqlite", f"sqlite:///{Path(tmp) / 'ctl.db'}",
-                                                        args.running, args.repeats)  # fmt: skip
-        pg_round, pg_cpu, pg_running = time_round(
-            Path(tmp) / "ctl-pg", server.new_database(), args.running, args.repeats
-        )
-        rows.append((f"controller round ({lite_running}/{pg_running} running jobs)", lite_round, pg_round))
-        rows.append(("  per job-tick", lite_round / max(1, lite_running), pg_round / max(1, pg_running)))
-        rows.append(("  per job-tick, CPU of gpuctl's process", lite_cpu / max(1, lite_running),
-                     pg_cpu / max(1, pg_running)))  # fmt: skip
-        print(f"load average (1, 5, 15 min) after the rounds: {os.getloadavg()}", file=sys.stderr)
+        if not args.reports_only:
+            rows += _rounds(Path(tmp), server, args)
 
     print("| measurement | SQLite | PostgreSQL | PG/SQLite |")
     print("|---|---:|---:|---:|")
     for label, lite, pg in rows:
         ms = label.strip().startswith("per")
         print(f"| {label} | {_shown(lite, ms)} | {_shown(pg, ms)} | {pg / lite:.2f} |")
+
+
+def _rounds(tmp: Path, server: Any, args: argparse.Namespace) -> list[tuple[str, float, float]]:
+    """One controller round over the running jobs, timed on each engine."""
+    rows: list[tuple[str, float, float]] = []
+    lite_round, lite_cpu, lite_running = time_round(tmp / "ctl-sqlite", f"sqlite:///{tmp / 'ctl.db'}", args.running,
+                                                    args.repeats)  # fmt: skip
+    pg_round, pg_cpu, pg_running = time_round(
+        tmp / "ctl-pg", server.new_database(), args.running, args.repeats
+    )
+    rows.append((f"controller round ({lite_running}/{pg_running} running jobs)", lite_round, pg_round))
+    rows.append(("  per job-tick", lite_round / max(1, lite_running), pg_round / max(1, pg_running)))
+    rows.append(("  per job-tick, CPU of gpuctl's process", lite_cpu / max(1, lite_running),
+                 pg_cpu / max(1, pg_running)))  # fmt: skip
+    print(f"load average (1, 5, 15 min) after the rounds: {os.getloadavg()}", file=sys.stderr)
+    return rows
 
 
 def _reports(

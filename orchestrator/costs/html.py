@@ -165,7 +165,12 @@ def _cell(text: str) -> str:
 
 
 def _time(moment: datetime | None) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S") if moment else "running"
+    """``YYYY-MM-DD HH:MM:SS`` in UTC, as ``strftime`` writes it ("running" for None); the start of
+    ``isoformat`` where that is the same text (a four-digit year), which takes a third less time."""
+    if not moment:
+        return "running"
+    utc = moment.astimezone(UTC)
+    return utc.isoformat(" ")[:19] if utc.year >= 1000 else utc.strftime("%Y-%m-%d %H:%M:%S")
 
 
 def _duration(hours: float) -> str:

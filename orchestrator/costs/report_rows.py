@@ -202,24 +202,30 @@ class Rows:
             row.to_finish_usd,
         )
         fix = row.fix_usd.get(top, 0.0) if top is not None and avoidable is not None else 0.0
+        # A share that is 0.0 changes no sum (a row's sums start at 0.0 and are never -0.0), so a job
+        # with no lost work, no measured GPU-hours or no tuning saving adds none of them.
+        lost = lost_gh != 0.0 or lost_usd != 0.0
+        shared, saved = lost or measured, tuned != 0.0 and job_cost > 0
         segments = []
         for seg, _, part_gh, part_cost, part_on_demand in run:
             segments.append(seg)
-            share = part_gh / job_gh if job_gh > 0 else 0.0
             gh += part_gh
             cost += part_cost
             on_demand += part_on_demand
-            row_lost_gh += lost_gh * share
-            row_lost_usd += lost_usd * share
-            if measured:
-                row_measured += measured_gh * share
-                row_idle += idle_gh * share
-                row_idle_usd += idle_usd * share
+            if shared:
+                share = part_gh / job_gh if job_gh > 0 else 0.0
+                if lost:
+                    row_lost_gh += lost_gh * share
+                    row_lost_usd += lost_usd * share
+                if measured:
+                    row_measured += measured_gh * share
+                    row_idle += idle_gh * share
+                    row_idle_usd += idle_usd * share
             if avoidable is not None:
                 row_avoidable += avoidable * part_cost
                 diagnosed += part_cost
                 fix += avoidable * part_cost
-            if job_cost > 0:
+            if saved:
                 row_tuned += tuned * part_cost / job_cost
             if seg.ended_at is None and to_finish is not None:
                 finish += to_finish

@@ -1,11 +1,15 @@
 """The cost report's read of the ledger: every segment (of a window) in one query, its rows read as
-plain tuples and checked column by column in one pass.
+plain tuples.
 
 Each value is checked as :class:`~orchestrator.state.row_check.Row` checks it (text is text, a whole
-number is 0 or more, a price a finite number 0 or more, a time ISO 8601 with its zone). A row that
-fails a check goes through the store's own reading of a segment row, which names the first damaged
-column: it is skipped and noted in :attr:`JobStore.damaged`, exactly as :meth:`JobStore.segments`
-does. The segments and their order are those of :meth:`JobStore.segments` (``strict`` off).
+number is 0 or more, a price a finite number 0 or more, a time ISO 8601 with its zone). On SQLite,
+whose columns hold a value of any type, :func:`_segment` checks each row in Python. On PostgreSQL,
+whose columns hold only values of their type (NULL only where allowed), the server checks the
+ranges of the numbers as it reads the rows (the ``clean`` column after them), and only the times are
+read and checked here. A row that fails a check goes through the store's own reading of a segment
+row, which names the first damaged column: it is skipped and noted in :attr:`JobStore.damaged`,
+exactly as :meth:`JobStore.segments` does. The segments and their order are those of
+:meth:`JobStore.segments` (``strict`` off).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from datetime import UTC, datetime
 from math import isfinite
 from typing import Any, cast
 
-from sqlalchemy import Connection, bindparam, or_, select
+from sqlalchemy import ColumnElement, Connection, and_, bindparam, or_, select
 
 from orchestrator.state.prepared import Prepared
 from orchestrator.state.records import SegmentRecord
@@ -28,6 +32,7 @@ SEGMENT_COLUMNS = tuple(f.name for f in fields(SegmentRecord))
 """The segment columns read, in the order of :class:`SegmentRecord`'s fields."""
 _NUMBER = (int, float)
 _new = object.__new__
+_read_time = datetime.fromisoformat
 
 
 class _Tuples(Prepared):
@@ -42,11 +47,29 @@ class _Tuples(Prepared):
             cursor.close()
 
 
-_EVERY = select(*(segments.c[name] for name in SEGMENT_COLUMNS)).order_by(segments.c.id)
-_SEGMENTS = _Tuples(_EVERY)
-_SEGMENTS_SINCE = _Tuples(
-    _EVERY.where(or_(segments.c.ended_at.is_(None), segments.c.ended_at >= bindparam("since")))
-)
+_WHOLE = ("id", "attempt", "nodes", "gpus_per_node")
+_PRICES = ("node_price_usd_per_hour", "on_demand_node_price_usd_per_hour")
+_LARGEST_FLOAT = 1.7976931348623157e308  # NaN and infinity are not <= it, on either engine
+
+
+def _in_range() -> ColumnElement[bool]:
+    """A row's whole numbers 0 or more and its prices finite numbers 0 or more (NULL: not)."""
+    c = segments.c
+    return and_(*(c[n] >= 0 for n in _WHOLE), *(c[n].between(0, _LARGEST_FLOAT) for n in _PRICES))
+
+
+def _statements(clean: ColumnElement[bool] | None) -> tuple[_Tuples, _Tuples]:
+    """Every segment, and those that may overlap ``since``: each row's columns, then ``clean`` (if any)."""
+    flag = () if clean is None else (clean.label("clean"),)
+    every = select(*(segments.c[name] for name in SEGMENT_COLUMNS), *flag).order_by(segments.c.id)
+    since = every.where(or_(segments.c.ended_at.is_(None), segments.c.ended_at >= bindparam("since")))
+    return _Tuples(every), _Tuples(since)
+
+
+_READS = {"sqlite": _statements(None), "postgresql": _statements(_in_range())}
+"""By engine (see the module's doc; on SQLite, ``typeof`` of each value in SQL costs more than
+:func:`_segment`'s checks in Python)."""
+_CLEAN = len(SEGMENT_COLUMNS)  # the position of a row's ``clean`` flag
 
 
 def read_segments(
@@ -56,16 +79,24 @@ def read_segments(
     :meth:`JobStore.segments`; a damaged row is skipped and noted in ``store.damaged``. ``of_jobs``:
     only these jobs' rows are read, their damaged rows noted job by job in that order (as reading
     each job's segments in turn would)."""
+    every, overlapping = _READS[store.engine.dialect.name]
+    flagged = store.engine.dialect.name == "postgresql"  # rows end with the server's ``clean``
     if since is None:
-        rows = store.connections.read(_SEGMENTS)
+        rows = store.connections.read(every)
     else:
-        rows = store.connections.read(_SEGMENTS_SINCE, {"since": since.astimezone(UTC).isoformat()})
+        rows = store.connections.read(overlapping, {"since": since.astimezone(UTC).isoformat()})
     wanted = None if of_jobs is None else {job_id: i for i, job_id in enumerate(of_jobs)}
     found: list[SegmentRecord] = []
     damaged: list[tuple[int, DamagedRow]] = []
     for row in cast(Sequence[tuple[Any, ...]], rows):
         if wanted is not None and row[1] not in wanted:
             continue
+        if flagged:
+            record = _clean_record(row) if row[_CLEAN] else None
+            if record is not None:
+                found.append(record)
+                continue
+            row = row[:_CLEAN]  # a number out of range, or a time that does not read: checked here
         record = _segment(row)
         if record is None:
             record, damage = _checked(store, row)
@@ -76,6 +107,23 @@ def read_segments(
     for _, damage in sorted(damaged, key=lambda d: d[0]):  # stable: by id within a job
         store.note_damage(damage)
     return found
+
+
+def _clean_record(row: tuple[Any, ...]) -> SegmentRecord | None:
+    """The record of a row whose values the database checked (``clean``: each of its type, in its
+    range); None when a time is not ISO 8601 with its zone (:func:`_segment` then reads the row)."""
+    try:
+        started = _read_time(row[11])
+        ended = None if row[12] is None else _read_time(row[12])
+    except (TypeError, ValueError):
+        return None
+    if started.tzinfo is None or (ended is not None and ended.tzinfo is None):
+        return None
+    record: SegmentRecord = _new(SegmentRecord)  # its fields set as _segment sets them
+    values = record.__dict__
+    values.update(zip(SEGMENT_COLUMNS, row, strict=False))  # every column; the flag after them is left
+    values["started_at"], values["ended_at"] = started, ended
+    return record
 
 
 def _checked(store: JobStore, row: tuple[Any, ...]) -> tuple[SegmentRecord | None, DamagedRow | None]:

@@ -6,13 +6,13 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
 from orchestrator.costs.budgets import CostConfig
 from orchestrator.costs.charts import format_tick, nice_ticks, time_ticks
-from orchestrator.costs.html import to_html
+from orchestrator.costs.html import _time, to_html
 from orchestrator.costs.ledger import Window
 from orchestrator.costs.report import build_report
 from tests.costs.factory import at, fleet, job, preempted_three_times, seg
@@ -130,3 +130,18 @@ def test_time_ticks_are_round_times() -> None:
     start = datetime(2026, 3, 2, 5, 14, tzinfo=UTC)
     ticks = time_ticks(start, start + timedelta(minutes=26))
     assert [label for _, label in ticks] == ["03-02 05:15", "05:20", "05:25", "05:30", "05:35", "05:40"]
+
+
+@pytest.mark.parametrize(
+    "moment",
+    [
+        datetime(2026, 3, 1, 5, 6, 7, 123456, tzinfo=timezone(timedelta(hours=2))),
+        datetime(2026, 12, 31, 23, 59, 59, tzinfo=timezone(timedelta(hours=-5, minutes=-30))),
+        datetime(2026, 1, 1, tzinfo=UTC),
+        datetime(999, 1, 1, 3, 4, 5, tzinfo=UTC),  # a year of three digits: strftime writes it unpadded
+        datetime(10, 6, 1, tzinfo=timezone(timedelta(hours=1))),
+    ],
+)
+def test_a_segment_time_is_written_as_strftime_writes_it_in_utc(moment: datetime) -> None:
+    assert _time(moment) == moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+    assert _time(None) == "running"
