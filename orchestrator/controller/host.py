@@ -303,6 +303,9 @@ def zone_history(memory: ZoneMemory | None) -> ZoneHistory:
         up_runs=dict(memory.up_runs),
         streak_h=dict(memory.streak_h),
         last_available=dict(memory.last_available),
+        ended_runs=dict(memory.ended_runs),
+        ended_run_h=dict(memory.ended_run_h),
+        ended_run_h2=dict(memory.ended_run_h2),
     )
 
 
@@ -335,6 +338,9 @@ def watched(
             "up_runs": dict(history.up_runs),
             "streak_h": dict(history.streak_h),
             "last_available": dict(history.last_available),
+            "ended_runs": dict(history.ended_runs),
+            "ended_run_h": dict(history.ended_run_h),
+            "ended_run_h2": dict(history.ended_run_h2),
         }
     )
     return updated, tick_h

@@ -64,8 +64,11 @@ class ZoneHistory:
     ``observed_h``: hours watched; ``available_h[z]``: hours zone z had capacity;
     ``any_available_h``: hours at least one zone had capacity; ``up_runs[z]``: how many periods of
     availability began in z; ``streak_h[z]``: length of z's current run (of availability if it is
-    available now, of unavailability otherwise). Build it with :meth:`empty` then :meth:`updated`
-    once per tick.
+    available now, of unavailability otherwise); ``ended_runs[z]``, ``ended_run_h[z]``,
+    ``ended_run_h2[z]``: how many of z's runs of availability have ended, the sum of their lengths
+    and of their squared lengths (hours; the spread of its run lengths: see
+    :func:`orchestrator.policies.guard.run_spread`). Build it with :meth:`empty` then
+    :meth:`updated` once per tick.
     """
 
     observed_h: float = 0.0
@@ -74,6 +77,9 @@ class ZoneHistory:
     up_runs: Mapping[str, int] = field(default_factory=dict)
     streak_h: Mapping[str, float] = field(default_factory=dict)
     last_available: Mapping[str, bool] = field(default_factory=dict)
+    ended_runs: Mapping[str, int] = field(default_factory=dict)
+    ended_run_h: Mapping[str, float] = field(default_factory=dict)
+    ended_run_h2: Mapping[str, float] = field(default_factory=dict)
 
     @classmethod
     def empty(cls) -> ZoneHistory:
@@ -84,12 +90,18 @@ class ZoneHistory:
         avail_h = dict(self.available_h)
         runs = dict(self.up_runs)
         streak = dict(self.streak_h)
+        ended, ended_h, ended_h2 = dict(self.ended_runs), dict(self.ended_run_h), dict(self.ended_run_h2)
         now_up = {zone: bool(up) for zone, up in available.items()}
         for zone, now in now_up.items():
             before = self.last_available.get(zone)
             avail_h[zone] = avail_h.get(zone, 0.0) + (tick_h if now else 0.0)
             if now and before is not True:
                 runs[zone] = runs.get(zone, 0) + 1
+            if before is True and not now:  # a run of availability ended: its length is the streak
+                length = streak.get(zone, 0.0)
+                ended[zone] = ended.get(zone, 0) + 1
+                ended_h[zone] = ended_h.get(zone, 0.0) + length
+                ended_h2[zone] = ended_h2.get(zone, 0.0) + length * length
             streak[zone] = streak.get(zone, 0.0) + tick_h if before is now else tick_h
         return ZoneHistory(
             observed_h=self.observed_h + tick_h,
@@ -98,6 +110,9 @@ class ZoneHistory:
             up_runs=runs,
             streak_h=streak,
             last_available=now_up,
+            ended_runs=ended,
+            ended_run_h=ended_h,
+            ended_run_h2=ended_h2,
         )
 
 
@@ -122,7 +137,9 @@ class MarketLog:
         h = self.history
         return {
             "history": {"observed_h": h.observed_h, "any_available_h": h.any_available_h,
-                        "available_h": dict(h.available_h), "up_runs": dict(h.up_runs)},
+                        "available_h": dict(h.available_h), "up_runs": dict(h.up_runs),
+                        "ended_runs": dict(h.ended_runs), "ended_run_h": dict(h.ended_run_h),
+                        "ended_run_h2": dict(h.ended_run_h2)},
             "hourly_any_up": [None if math.isnan(v) else v for v in self.hourly_any_up],
             "start_clock_h": self.start_clock_h,
         }  # fmt: skip
@@ -135,6 +152,10 @@ class MarketLog:
             any_available_h=float(h["any_available_h"]),
             available_h={str(z): float(v) for z, v in h["available_h"].items()},
             up_runs={str(z): int(v) for z, v in h["up_runs"].items()},
+            # absent from logs kept before the spread was: no ended runs seen
+            ended_runs={str(z): int(v) for z, v in h.get("ended_runs", {}).items()},
+            ended_run_h={str(z): float(v) for z, v in h.get("ended_run_h", {}).items()},
+            ended_run_h2={str(z): float(v) for z, v in h.get("ended_run_h2", {}).items()},
         )
         hourly = tuple(math.nan if v is None else float(v) for v in doc["hourly_any_up"])
         return cls(history, hourly, float(doc["start_clock_h"]))
@@ -149,6 +170,7 @@ class MarketLog:
             any_available_h=np.array([h.any_available_h]),
             available_h=np.asarray([[h.available_h.get(z, 0.0) for z in zones]], dtype=np.float64),
             up_runs=np.asarray([[float(h.up_runs.get(z, 0)) for z in zones]], dtype=np.float64),
+            spread=RunSpread.of(h, zones),
             cycle_strength=strength,
             cycle_peak_h=peak,
             start_clock_h=np.array([self.start_clock_h % 24.0]),
@@ -156,15 +178,36 @@ class MarketLog:
 
 
 @dataclass
+class RunSpread:
+    """The ended runs of availability of B jobs' zones, (B, Z) each: how many, the sum of their
+    lengths and of their squared lengths (hours) (:class:`ZoneHistory`'s ``ended_run*``)."""
+
+    runs: FloatArray
+    run_h: FloatArray
+    run_h2: FloatArray
+
+    @classmethod
+    def of(cls, h: ZoneHistory, zones: Sequence[str]) -> RunSpread:
+        def row(values: Mapping[str, float] | Mapping[str, int]) -> FloatArray:
+            return np.asarray([[float(values.get(z, 0.0)) for z in zones]], dtype=np.float64)
+
+        return cls(row(h.ended_runs), row(h.ended_run_h), row(h.ended_run_h2))
+
+    def __add__(self, other: RunSpread) -> RunSpread:
+        return RunSpread(self.runs + other.runs, self.run_h + other.run_h, self.run_h2 + other.run_h2)
+
+
+@dataclass
 class MarketLogBatch:
     """:class:`MarketLog` for B jobs: the counts of the hours before each job ((B,) or (B, Z)),
-    the daily cycle fitted to them (strength 0: none, the days did not agree) and the hour of the
-    day at each job's start."""
+    the spread of its ended runs, the daily cycle fitted to them (strength 0: none, the days did not
+    agree) and the hour of the day at each job's start."""
 
     observed_h: FloatArray
     any_available_h: FloatArray
     available_h: FloatArray
     up_runs: FloatArray
+    spread: RunSpread
     cycle_strength: FloatArray
     cycle_peak_h: FloatArray
     start_clock_h: FloatArray
@@ -235,6 +278,7 @@ class MarketContext:
             available_h=row([h.available_h.get(z, 0.0) for z in zones]),
             up_runs=row([float(h.up_runs.get(z, 0)) for z in zones]),
             streak_h=row([h.streak_h.get(z, 0.0) for z in zones]),
+            spread=RunSpread.of(h, zones),
             latency_h=self.latency_h,
             stop_h=self.stop_h,
             market_log=None if self.market_log is None else self.market_log.to_batch(zones),
@@ -256,7 +300,7 @@ class MarketBatch:
     """:class:`MarketContext` for B jobs at once: arrays of shape (B,) or (B, Z); scalars are shared.
 
     ``market`` holds :class:`Action` codes of what runs now (WAIT = nothing), ``zone`` its zone index
-    (-1 for none). ``latency_h``, ``stop_h``, ``market_log``, ``try_cost_h``: see
+    (-1 for none). ``spread``: the job's ended runs (:class:`RunSpread`; None: none kept). ``latency_h``, ``stop_h``, ``market_log``, ``try_cost_h``: see
     :class:`MarketContext`.
     """
 
@@ -276,6 +320,7 @@ class MarketBatch:
     available_h: FloatArray
     up_runs: FloatArray
     streak_h: FloatArray
+    spread: RunSpread | None = None
     latency_h: float = 0.0
     stop_h: float = 0.0
     market_log: MarketLogBatch | None = None

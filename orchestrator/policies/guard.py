@@ -14,9 +14,20 @@ far the planner is trusted, measured on real traces held out from its choice
 slack (waiting through an outage it expects to end, leaving spot runs it expects to be short); a
 quarter of the slack leaves it that room, while a market that defeats its model can cost it at
 most that much lag before uniform progress catches the job up.
+
+Where the zones' runs of spot seen so far (the job's own and its market log's) fit the planner's
+model, the corridor widens (``PlanAheadPolicy.trusted_lag_share``, unbounded by default): the model
+takes a zone's runs as exponential (one loss rate whatever a run's age), so the mean of
+(length / mean length)^2 over ended runs is 2; heavy-tailed runs (most dying within minutes, a few
+lasting days: the markets where uniform progress wins) give far more. :func:`trusted` accepts the
+model where at least ``min_runs`` runs have ended and that mean is within ``spread_se`` standard
+errors (sqrt(20 / runs) for exponential runs) of 2; with fewer runs, or a wider spread, the
+corridor stays at ``lag_share``.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -78,5 +89,42 @@ def bounded(
 def allowed_lag_h(b: MarketBatch, lag_share: float) -> FloatArray:
     """``lag_share`` of the job's whole slack (deadline - work), for every row."""
     slack0 = max(b.deadline_h - b.work_total_h, 0.0)
-    allowed: FloatArray = np.full(b.elapsed_h.shape[0], lag_share * slack0)
+    lag = math.inf if math.isinf(lag_share) else lag_share * slack0
+    allowed: FloatArray = np.full(b.elapsed_h.shape[0], lag)
     return allowed
+
+
+EXPONENTIAL_SPREAD = 2.0
+"""The mean of (run length / mean run length)^2 for exponential run lengths (1 + CV^2, CV 1): the
+planner's model, one loss rate per zone whatever a run's age."""
+EXPONENTIAL_SPREAD_SD = math.sqrt(20.0)
+"""The standard deviation of (length / mean)^2 for one exponential run (E[X^4] / mean^4 = 24)."""
+
+
+def run_spread(b: MarketBatch) -> tuple[FloatArray, FloatArray]:
+    """Per row: the mean over the ended runs of availability of (length / its zone's mean)^2, and
+    how many runs it is over: the job's own and those of its market log. 2 for runs whose lengths
+    are exponential, as the planner's model assumes; far more for heavy-tailed ones (most runs
+    dying within minutes, a few lasting days). Zones with no run of length yet count for nothing."""
+    n = b.elapsed_h.shape[0]
+    spread = b.spread
+    if b.market_log is not None:
+        spread = b.market_log.spread if spread is None else spread + b.market_log.spread
+    if spread is None:
+        return np.zeros(n), np.zeros(n)
+    runs, run_h = spread.runs, spread.run_h
+    # per zone: runs x mean((x / m)^2) = runs^2 x sum(x^2) / sum(x)^2; pooled over zones, by runs
+    weighted = np.where(run_h > 0.0, runs * runs * spread.run_h2 / np.maximum(run_h * run_h, 1e-300), 0.0)
+    counted = np.where(run_h > 0.0, runs, 0.0).sum(axis=1)
+    mean_sq: FloatArray = weighted.sum(axis=1) / np.maximum(counted, 1.0)
+    return mean_sq, counted
+
+
+def trusted(b: MarketBatch, min_runs: float, spread_se: float) -> BoolArray:
+    """Rows whose ended runs are consistent with the planner's exponential run lengths: at least
+    ``min_runs`` of them, and their spread (:func:`run_spread`) at most ``spread_se`` standard errors
+    above the exponential's."""
+    mean_sq, counted = run_spread(b)
+    limit = EXPONENTIAL_SPREAD + spread_se * EXPONENTIAL_SPREAD_SD / np.sqrt(np.maximum(counted, 1.0))
+    fits: BoolArray = (counted >= min_runs) & (mean_sq <= limit)
+    return fits

@@ -5,7 +5,7 @@ The spans come from the controller's market log (:mod:`orchestrator.state.zone_w
 time counts as watched when every zone of the job was watched then; in it, a zone has spot when it
 offered at least the job's ``min_nodes``. The counts are those a :class:`ZoneHistory` kept tick by
 tick over the watched time would hold (a run that a gap in the watching cuts counts twice, as after
-a controller restart); an hour watched less than half of the time has no share (NaN). The hours are
+a controller restart; so are its ended runs' lengths); an hour watched less than half of the time has no share (NaN). The hours are
 whole hours back from ``until``, and ``start_clock_h`` is ``until``'s hour of the day in UTC.
 """
 
@@ -40,6 +40,9 @@ def market_log_from(
     observed = any_up = 0.0
     available = dict.fromkeys(zones, 0.0)
     runs = dict.fromkeys(zones, 0)
+    ended = dict.fromkeys(zones, 0)
+    ended_s, ended_s2 = dict.fromkeys(zones, 0.0), dict.fromkeys(zones, 0.0)
+    up_for: dict[str, float] = {}  # seconds of each zone's run of spot under way
     before: dict[str, bool] = {}
     watched_in_hour = [0.0] * whole_hours
     up_in_hour = [0.0] * whole_hours
@@ -56,7 +59,7 @@ def market_log_from(
                 capacity = spans_of[i].capacity
                 now[zone] = capacity is None or capacity >= min_nodes
         if len(now) < len(zones):  # some zone was not watched: a gap, after which runs begin anew
-            before = {}
+            before, up_for = {}, {}
             continue
         observed += length
         some = any(now.values())
@@ -67,12 +70,20 @@ def market_log_from(
         for zone, up in now.items():
             available[zone] += length if up else 0.0
             runs[zone] += 1 if up and before.get(zone) is not True else 0
+            if not up and before.get(zone) is True:  # its run of spot ended
+                ended[zone] += 1
+                ended_s[zone] += up_for[zone]
+                ended_s2[zone] += up_for[zone] ** 2
+            up_for[zone] = up_for.get(zone, 0.0) + length if up else 0.0
         before = now
     history = ZoneHistory(
         observed_h=observed / 3600.0,
         any_available_h=any_up / 3600.0,
         available_h={z: v / 3600.0 for z, v in available.items()},
         up_runs=runs,
+        ended_runs=ended,
+        ended_run_h={z: v / 3600.0 for z, v in ended_s.items()},
+        ended_run_h2={z: v / 3600.0**2 for z, v in ended_s2.items()},
     )
     hourly = tuple(
         up / watched if watched >= 1800.0 else math.nan

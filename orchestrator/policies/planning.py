@@ -33,6 +33,11 @@ more often than it helps: see benchmarks/spot_policies_NOTES.md).
 Riding spot in a zone that still has capacity continues while the slack covers a fallback launch
 and a tick (only a slowed, elastic ride gets under that). The deadline safety net of the other
 policies applies on top. Without a deadline: spot when some zone has it, else wait.
+
+The decisions are bounded by uniform progress (:mod:`orchestrator.policies.guard`): within
+``lag_share`` of the job's slack of its line, or ``trusted_lag_share`` where the zones' ended runs
+are consistent with the model's exponential run lengths (at least ``min_runs`` of them, their spread
+within ``spread_se`` standard errors of the exponential's).
 """
 
 from __future__ import annotations
@@ -44,7 +49,7 @@ import numpy as np
 
 from orchestrator.policies.base import MarketPolicy, choose_actions
 from orchestrator.policies.context import Action, FloatArray, IntArray, MarketBatch
-from orchestrator.policies.guard import allowed_lag_h, bounded
+from orchestrator.policies.guard import allowed_lag_h, bounded, trusted
 from orchestrator.policies.planner import IDLE_DOWN, IDLE_UP, OD_DOWN, OD_UP, PlanGrid, cycle_keys, plan_cache
 from orchestrator.policies.tries import may_try
 
@@ -61,11 +66,17 @@ class PlanAheadPolicy(MarketPolicy):
         prior_runs: float = 4.0,
         outage_shape: float = 1.0,
         lag_share: float = 0.25,
+        trusted_lag_share: float = math.inf,
+        min_runs: float = 20.0,
+        spread_se: float = 2.0,
     ) -> None:
         self.prior_cycle_h = prior_cycle_h
         self.prior_runs = prior_runs
         self.outage_shape = outage_shape
         self.lag_share = lag_share
+        self.trusted_lag_share = trusted_lag_share
+        self.min_runs = min_runs
+        self.spread_se = spread_se
 
     def decide_batch(self, b: MarketBatch) -> tuple[IntArray, IntArray]:
         n = b.elapsed_h.shape[0]
@@ -126,7 +137,11 @@ class PlanAheadPolicy(MarketPolicy):
         decided = choose_actions(n, od, spot, zone)
         if math.isinf(self.lag_share):
             return decided
-        return bounded(b, decided, zone, allowed_lag_h(b, self.lag_share))
+        allowed = allowed_lag_h(b, self.lag_share)
+        if self.trusted_lag_share != self.lag_share:  # wider (or narrower) where the runs fit the model
+            fits = trusted(b, self.min_runs, self.spread_se)
+            allowed = np.where(fits, allowed_lag_h(b, self.trusted_lag_share), allowed)
+        return bounded(b, decided, zone, allowed)
 
     def zone_rates(
         self, b: MarketBatch, seen: _Seen | None = None

@@ -20,7 +20,15 @@ import numpy as np
 
 from orchestrator.errors import UserError
 from orchestrator.policies.base import MarketPolicy
-from orchestrator.policies.context import Action, BoolArray, FloatArray, IntArray, MarketBatch, MarketLogBatch
+from orchestrator.policies.context import (
+    Action,
+    BoolArray,
+    FloatArray,
+    IntArray,
+    MarketBatch,
+    MarketLogBatch,
+    RunSpread,
+)
 from orchestrator.policies.daily import MARKET_LOG_H, fit_daily_cycle
 from orchestrator.policies.rescale import check_node_range, relative_throughput, rescale_targets
 from orchestrator.policies.traces import AvailabilityTrace
@@ -129,10 +137,47 @@ def market_before(trace: AvailabilityTrace, job: SimJob, starts: IntArray, hours
         any_available_h=(cum_any[starts] - cum_any[lo]) * dt,
         available_h=(cum_up[starts] - cum_up[lo]) * dt,
         up_runs=runs.astype(np.float64),
+        spread=_ended_runs_between(up, lo, starts, dt),
         cycle_strength=strength,
         cycle_peak_h=peak,
         start_clock_h=np.mod(starts * dt, 24.0),
     )
+
+
+def _ended_runs_between(up: BoolArray, lo: IntArray, starts: IntArray, dt: float) -> RunSpread:
+    """The runs of availability that a :class:`ZoneHistory` watching ticks ``lo`` to ``starts - 1``
+    saw end, per start and zone: a run ends at the first tick without spot after it, and one under
+    way at ``lo`` counts from ``lo``."""
+    ticks = up.shape[0]
+    # per tick t: whether a run ended there (up at t - 1, down at t), and that run's length in ticks
+    tick = np.arange(ticks)[:, None]
+    last_down = np.maximum.accumulate(np.where(up, -1, tick), axis=0)
+    run_len = np.where(up, tick - last_down, 0).astype(np.float64)  # ticks of its run so far, at an up tick
+    ended = np.zeros(up.shape, dtype=bool)
+    ended[1:] = up[:-1] & ~up[1:]
+    length = np.zeros(up.shape)
+    length[1:] = run_len[:-1]
+    n_ended = np.where(ended, 1.0, 0.0)
+    cum_n = np.vstack([np.zeros((1, up.shape[1])), np.cumsum(n_ended, axis=0)])
+    cum_1 = np.vstack([np.zeros((1, up.shape[1])), np.cumsum(n_ended * length, axis=0)])
+    cum_2 = np.vstack([np.zeros((1, up.shape[1])), np.cumsum(n_ended * length * length, axis=0)])
+    # ends the history sees: ticks lo + 1 .. starts - 1
+    first, last = np.minimum(lo + 1, starts), np.maximum(starts, lo + 1)
+    count = cum_n[last] - cum_n[first]
+    sum_1 = cum_1[last] - cum_1[first]
+    sum_2 = cum_2[last] - cum_2[first]
+    # the run under way at lo began before it: seen from lo only. Where it ends (the first tick
+    # without spot after lo) inside the window, replace its whole length by the part seen.
+    next_down = np.minimum.accumulate(np.where(up, ticks, tick)[::-1], axis=0)[::-1]
+    lo_c = np.minimum(lo, ticks - 1)
+    end = next_down[lo_c, :]  # (starts, zones)
+    zone_idx = np.arange(up.shape[1])[None, :]
+    whole = np.where(end < ticks, length[np.minimum(end, ticks - 1), zone_idx], 0.0)
+    seen = (end - lo[:, None]).astype(np.float64)
+    cut = up[lo_c, :] & (whole > seen) & (end <= starts[:, None] - 1) & (starts > lo)[:, None]
+    sum_1 = sum_1 + np.where(cut, seen - whole, 0.0)
+    sum_2 = sum_2 + np.where(cut, seen * seen - whole * whole, 0.0)
+    return RunSpread(count, sum_1 * dt, sum_2 * dt * dt)
 
 
 @dataclass(frozen=True)
@@ -191,6 +236,7 @@ def simulate(
     cost, spot_t, od_t, preempt = np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n)
     avail_h, runs, streak = np.zeros((n, zones)), np.zeros((n, zones)), np.zeros((n, zones))
     prev = np.zeros((n, zones), dtype=bool)
+    spread = RunSpread(np.zeros((n, zones)), np.zeros((n, zones)), np.zeros((n, zones)))
     any_h = np.zeros(n)
     log = market_before(trace, job, starts, market_log_h) if market_log_h > 0 else None
 
@@ -206,6 +252,11 @@ def simulate(
         market[lost], zone[lost], nodes[lost] = _WAIT, -1, 0
         avail_h += up * dt
         runs += up & ~prev
+        ended = prev & ~up  # a run of availability ended: its length is the streak so far
+        if ended.any():
+            spread = RunSpread(
+                spread.runs + ended, spread.run_h + ended * streak, spread.run_h2 + ended * streak * streak
+            )
         streak = np.where(up == prev, streak + dt, dt)
         any_h += up.any(axis=1) * dt
         prev = up
@@ -226,6 +277,7 @@ def simulate(
             available_h=avail_h,
             up_runs=runs,
             streak_h=streak,
+            spread=spread,
             latency_h=latency_h,
             stop_h=latency_h if stop_h is None else stop_h,
             market_log=log,

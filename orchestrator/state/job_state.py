@@ -156,6 +156,10 @@ class ZoneMemory(_Model):
     up_runs: dict[str, Annotated[int, Field(ge=0)]] = Field(default_factory=dict)
     streak_h: dict[str, Annotated[float, Field(ge=0)]] = Field(default_factory=dict)
     last_available: dict[str, bool] = Field(default_factory=dict)
+    # the spread of the ended runs (absent from states kept before it was: none seen)
+    ended_runs: dict[str, Annotated[int, Field(ge=0)]] = Field(default_factory=dict)
+    ended_run_h: dict[str, Annotated[float, Field(ge=0)]] = Field(default_factory=dict)
+    ended_run_h2: dict[str, Annotated[float, Field(ge=0)]] = Field(default_factory=dict)
     spot_short_seen: dict[str, datetime] = Field(default_factory=dict)
 
 

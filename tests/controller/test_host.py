@@ -174,6 +174,24 @@ def test_the_zone_history_is_kept_in_the_state() -> None:
     assert host.zone_history(ZoneMemory()).observed_h == 0.0
 
 
+def test_the_spread_of_ended_runs_is_kept_in_the_state() -> None:
+    """The ended runs' counts and lengths (what plan-ahead's corridor reads) are kept from pass to
+    pass and through the stored state; a state stored before they were reads as none seen."""
+    clock = FakeClock()
+    memory, _ = host.watched(None, {"a": True}, clock.now())
+    for seconds, up in ((1800, True), (1800, False), (900, True), (900, False)):
+        memory, _ = host.watched(memory, {"a": up}, clock.advance(seconds))
+    history = host.zone_history(memory)
+    assert history.ended_runs == {"a": 2}
+    assert history.ended_run_h == pytest.approx({"a": 0.5 + 0.25})
+    assert history.ended_run_h2 == pytest.approx({"a": 0.25 + 0.0625})
+    assert JobState.from_status(JobState(zone_history=memory).to_status()).zone_history == memory
+    older = memory.model_dump(mode="json")
+    for key in ("ended_runs", "ended_run_h", "ended_run_h2"):
+        del older[key]
+    assert host.zone_history(ZoneMemory.model_validate(older)).ended_runs == {}
+
+
 def test_progress_and_measurements_are_recorded_in_the_state_and_kept_the_same_by_both_stores(
     tmp_path: Path,
 ) -> None:

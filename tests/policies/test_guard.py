@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from orchestrator.catalog.offers import MarketKind
-from orchestrator.policies.context import MarketContext, ZoneHistory
-from orchestrator.policies.guard import in_corridor, line_lag_h
+from orchestrator.policies.base import MarketPolicy
+from orchestrator.policies.context import MarketBatch, MarketContext, RunSpread, ZoneHistory
+from orchestrator.policies.guard import in_corridor, line_lag_h, run_spread, trusted
 from orchestrator.policies.market import market_policy
 from orchestrator.policies.planning import PlanAheadPolicy
 from orchestrator.policies.simulator import SimJob, simulate, start_points
@@ -132,3 +133,84 @@ def test_leaving_on_demand_inside_the_corridor_never_returns_once_stopped() -> N
         later = MarketContext(elapsed_h=elapsed + grace + tick, **same)
         assert policy.decide(later).market != "on-demand", (change, tick, grace, elapsed, lag, up)
     assert left > 30
+
+
+def _runs_seen(lengths: list[float], elapsed: float = 30.0) -> ZoneHistory:
+    """A history of zone a whose ended runs of spot had ``lengths`` (hours)."""
+    up = 0.5 * elapsed
+    return ZoneHistory(
+        observed_h=elapsed, any_available_h=up, available_h={"a": up}, up_runs={"a": len(lengths)},
+        streak_h={"a": 0.5}, last_available={"a": False}, ended_runs={"a": len(lengths)},
+        ended_run_h={"a": sum(lengths)}, ended_run_h2={"a": sum(x * x for x in lengths)},
+    )  # fmt: skip
+
+
+def _trusted(history: ZoneHistory) -> bool:
+    ctx = _ctx(30.0, 24.0, None)
+    return bool(trusted(MarketContext(**{**ctx.__dict__, "history": history}).to_batch(), 20.0, 2.0)[0])
+
+
+def test_the_plan_is_trusted_where_its_runs_look_exponential() -> None:
+    """Enough ended runs whose spread (mean of (length / mean)^2) is within two standard errors of
+    the exponential's 2: trusted; heavy-tailed runs, or too few, are not."""
+    assert _trusted(_runs_seen([1.0] * 30))  # runs of one length: spread 1
+    assert not _trusted(_runs_seen([1.0] * 10))  # too few to tell
+    bursty = [0.1] * 27 + [10.0] * 3  # most runs die at once, a few last long: spread 8.4
+    assert not _trusted(_runs_seen(bursty))
+    assert not _trusted(_runs_seen([]))
+    # a spread of 3.47 passes over 20 runs (limit 4), not over 200 (limit 2.63)
+    moderate = [0.1] * 15 + [4.0] * 5  # mean 1.075, mean square 4.0075
+    assert _trusted(_runs_seen(moderate))
+    assert not _trusted(_runs_seen(moderate * 10))
+    seen = MarketContext(**{**_ctx(1.0, 1.0, None).__dict__, "history": _runs_seen(moderate)})
+    spread, runs = run_spread(seen.to_batch())
+    assert runs[0] == 20 and spread[0] == pytest.approx(4.0075 / 1.075**2)
+
+
+def test_the_corridor_opens_where_the_plan_is_trusted() -> None:
+    """4 h behind the line (the default corridor: 3 h), spot down: a plan trusted by its zone's runs
+    decides as the plan alone (waits); on heavy-tailed runs uniform progress decides (on-demand)."""
+    policy = PlanAheadPolicy(trusted_lag_share=math.inf)
+    behind = _ctx(30.0, 20.0, None)
+    steady = MarketContext(**{**behind.__dict__, "history": _runs_seen([1.0] * 30)})
+    bursty = MarketContext(**{**behind.__dict__, "history": _runs_seen([0.1] * 27 + [10.0] * 3)})
+    assert PlanAheadPolicy(lag_share=math.inf).decide(steady).market is None
+    assert policy.decide(steady).market is None
+    assert policy.decide(bursty).market == "on-demand"
+    assert PlanAheadPolicy().decide(steady).market is None  # the default trusts such runs
+    assert PlanAheadPolicy(trusted_lag_share=0.25).decide(steady).market == "on-demand"
+
+
+class _Watcher(MarketPolicy):
+    """Waits, and keeps each tick's spread of ended runs as the simulator gives it."""
+
+    name = "watcher"
+    description = "records the ended runs"
+
+    def __init__(self) -> None:
+        self.seen: list[RunSpread] = []
+
+    def decide_batch(self, b: MarketBatch) -> tuple[np.ndarray, np.ndarray]:
+        assert b.spread is not None
+        self.seen.append(RunSpread(b.spread.runs.copy(), b.spread.run_h.copy(), b.spread.run_h2.copy()))
+        n = b.elapsed_h.shape[0]
+        return np.zeros(n, dtype=np.int64), np.full(n, -1, dtype=np.int64)
+
+
+def test_the_simulator_keeps_the_spread_a_zone_history_keeps() -> None:
+    """The simulator's ended runs, tick by tick, are those of a ZoneHistory watching the same ticks
+    (what the controller keeps), so the corridor opens at the same tick in both."""
+    trace, job = market(BURSTY, 4, zones=2, days=4.0), SimJob(8.0, 12.0, 0.2, 0.918, 3.06)
+    watcher = _Watcher()
+    starts = np.array([5, 300])
+    simulate(watcher, trace, job, starts, market_log_h=0.0)
+    for row, start in enumerate(starts):
+        h = ZoneHistory.empty()
+        for tau, spread in enumerate(watcher.seen):
+            up = trace.counts[:, start + tau] >= 1
+            h = h.updated(TICK_H, {zone: bool(u) for zone, u in zip(trace.zones, up, strict=True)})
+            for z, zone in enumerate(trace.zones):
+                assert spread.runs[row, z] == h.ended_runs.get(zone, 0)
+                assert spread.run_h[row, z] == pytest.approx(h.ended_run_h.get(zone, 0.0))
+                assert spread.run_h2[row, z] == pytest.approx(h.ended_run_h2.get(zone, 0.0))
+        assert sum(h.ended_runs.values()) > 5

