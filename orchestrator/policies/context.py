@@ -300,8 +300,8 @@ class MarketBatch:
     """:class:`MarketContext` for B jobs at once: arrays of shape (B,) or (B, Z); scalars are shared.
 
     ``market`` holds :class:`Action` codes of what runs now (WAIT = nothing), ``zone`` its zone index
-    (-1 for none). ``spread``: the job's ended runs (:class:`RunSpread`; None: none kept). ``latency_h``, ``stop_h``, ``market_log``, ``try_cost_h``: see
-    :class:`MarketContext`.
+    (-1 for none). ``spread``: the job's ended runs (:class:`RunSpread`; None: none kept).
+    ``latency_h``, ``stop_h``, ``market_log``, ``try_cost_h``: see :class:`MarketContext`.
     """
 
     elapsed_h: FloatArray

@@ -5,8 +5,9 @@ The spans come from the controller's market log (:mod:`orchestrator.state.zone_w
 time counts as watched when every zone of the job was watched then; in it, a zone has spot when it
 offered at least the job's ``min_nodes``. The counts are those a :class:`ZoneHistory` kept tick by
 tick over the watched time would hold (a run that a gap in the watching cuts counts twice, as after
-a controller restart; so are its ended runs' lengths); an hour watched less than half of the time has no share (NaN). The hours are
-whole hours back from ``until``, and ``start_clock_h`` is ``until``'s hour of the day in UTC.
+a controller restart, and so do the lengths of its ended runs); an hour watched less than half of
+the time has no share (NaN). The hours are whole hours back from ``until``, and ``start_clock_h`` is
+``until``'s hour of the day in UTC.
 """
 
 from __future__ import annotations
