@@ -9,6 +9,7 @@ totals as the ledger.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -230,18 +231,32 @@ def budget_burn(
     segments: Iterable[SegmentRecord],
     now: datetime,
 ) -> BudgetBurn:
-    """The spend of the teams that ``counts`` in the calendar month of ``now``, cumulative per day."""
+    """The spend of the teams that ``counts`` in the calendar month of ``now``, cumulative per day.
+    Each day sums the segments that overlap it, in the order given (one that does not adds 0.0)."""
     month = month_window(now)
     ids = {j.id for j in jobs if counts(j.team)}
-    mine = [s for s in segments if s.job_id in ids]
-    times, cumulative, total = [], [], 0.0
+    days: list[Window] = []
     day = month.start
     while day < now and day < month.end:
-        end = min(day + timedelta(days=1), now)
-        total += sum(segment_cost(s, now, Window(day, end)).cost_usd for s in mine)
-        times.append(end)
-        cumulative.append(total)
+        days.append(Window(day, min(day + timedelta(days=1), now)))
         day += timedelta(days=1)
+    starts = [d.start for d in days]
+    of_day: list[list[SegmentRecord]] = [[] for _ in days]
+    for seg in segments:
+        if seg.job_id not in ids:
+            continue
+        end = seg.ended_at or now
+        first = max(0, bisect_right(starts, seg.started_at) - 1)  # the day it starts in (or the first)
+        for i in range(first, len(days)):
+            if days[i].start >= end:
+                break
+            if days[i].end > seg.started_at:
+                of_day[i].append(seg)
+    times, cumulative, total = [], [], 0.0
+    for window, mine in zip(days, of_day, strict=True):
+        total += sum(segment_cost(s, now, window).cost_usd for s in mine)
+        times.append(window.end)
+        cumulative.append(total)
     return BudgetBurn(label, monthly_usd, month, times, cumulative)
 
 
@@ -252,7 +267,9 @@ def budget_burns(
     share (when it is set and some other team spent); empty without budgets."""
     if config is None or not config.has_budgets:
         return []
-    job_list, seg_list = list(jobs), list(segments)
+    month_start = month_window(now).start
+    job_list = list(jobs)
+    seg_list = [s for s in segments if (s.ended_at or now) > month_start]  # the rest spent nothing this month
     burns = [
         budget_burn(f"team {team}", usd, team.__eq__, job_list, seg_list, now)
         for team, usd in sorted(config.team_budgets_usd.items())

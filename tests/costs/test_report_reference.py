@@ -23,7 +23,7 @@ from rich.console import Console
 
 from orchestrator.cli.cost_cmd import load_report_inputs, of_backend, of_namespace
 from orchestrator.costs.avoidable import FixShare, JobFixes, Tuned, saved_by_tuning
-from orchestrator.costs.budgets import CostConfig
+from orchestrator.costs.budgets import CostConfig, month_window
 from orchestrator.costs.bulk import collector_paused
 from orchestrator.costs.charts import floor_to
 from orchestrator.costs.html import _attempt_rows, to_html
@@ -40,6 +40,7 @@ from orchestrator.costs.ledger import (
 from orchestrator.costs.render import to_csv, to_json, to_table, top_fixes_table
 from orchestrator.costs.report import (
     NO_PLACE,
+    BudgetBurn,
     GroupBy,
     Report,
     ReportRow,
@@ -244,10 +245,45 @@ def reference_series(
     return Series(size, [origin + i * size for i in range(count)], drawn, savings)
 
 
+def reference_burns(
+    config: CostConfig | None, jobs: Sequence[JobRecord], segments: Sequence[SegmentRecord], now: datetime
+) -> list[BudgetBurn]:
+    """Each configured budget's spend in the month of ``now``, day by day: every segment of its teams
+    priced inside each day (the shared budget of the other teams only when they spent)."""
+    if config is None or not config.has_budgets:
+        return []
+    listed = set(config.team_budgets_usd)
+    budgets = [
+        (f"team {team}", usd, {team}.__contains__) for team, usd in sorted(config.team_budgets_usd.items())
+    ]
+    if config.other_teams_monthly_usd is not None:
+        budgets.append(("other teams (shared)", config.other_teams_monthly_usd, lambda t: t not in listed))
+    month = month_window(now)
+    burns = []
+    for label, usd, counts in budgets:
+        ids = {j.id for j in jobs if counts(j.team)}
+        times, cumulative, total = [], [], 0.0
+        day = month.start
+        while day < now:
+            end = min(day + timedelta(days=1), now)
+            total += sum(segment_cost(s, now, Window(day, end)).cost_usd for s in segments if s.job_id in ids)
+            times.append(end)
+            cumulative.append(total)
+            day += timedelta(days=1)
+        if label.startswith("team") or total > 0:
+            burns.append(BudgetBurn(label, usd, month, times, cumulative))
+    return burns
+
+
 def reference_report(
-    report: Report, jobs: Sequence[JobRecord], segments: Sequence[SegmentRecord], extras: Extras
+    report: Report,
+    jobs: Sequence[JobRecord],
+    segments: Sequence[SegmentRecord],
+    extras: Extras,
+    budgets: CostConfig | None = None,
 ) -> Report:
-    """``report`` with its jobs, rows, totals, series and markets computed the straightforward way."""
+    """``report`` with its jobs, rows, totals, series, markets and budget burns computed the
+    straightforward way (``budgets``: the configuration the report was built with)."""
     window, by = report.window, report.by
     costs = reference_jobs(jobs, segments, window, extras)
     rows: dict[str, ReportRow] = {}
@@ -271,7 +307,10 @@ def reference_report(
             totals.fix_usd[fix] = totals.fix_usd.get(fix, 0.0) + usd
     series = reference_series(costs, by, segments, window, [r.name for r in ordered])
     spend = dict(sorted(markets.items(), key=lambda kv: (-kv[1], kv[0])))
-    return dataclasses.replace(report, rows=ordered, totals=totals, jobs=costs, series=series, markets=spend)
+    burns = reference_burns(budgets, jobs, segments, report.generated_at)
+    return dataclasses.replace(
+        report, rows=ordered, totals=totals, jobs=costs, series=series, markets=spend, budgets=burns
+    )
 
 
 def formats(report: Report) -> dict[str, str]:
@@ -294,6 +333,7 @@ def assert_same(report: Report, reference: Report) -> None:
     ]
     assert report.totals == reference.totals and report.totals.fix_usd == reference.totals.fix_usd
     assert report.series == reference.series and report.markets == reference.markets
+    assert report.budgets == reference.budgets
     assert report.jobs == reference.jobs and [j.parts for j in report.jobs] == [
         j.parts for j in reference.jobs
     ]
@@ -313,7 +353,7 @@ def test_report_is_the_straightforward_sum(seed: int) -> None:
             report = build_report(jobs, segments, NOW, window, by, extras.idle, extras.lost, extras.to_finish,
                                   extras.measured, budgets, extras.fixes, extras.tuned)  # fmt: skip
             assert report.window == (window or default_window(segments, NOW))
-            assert_same(report, reference_report(report, jobs, segments, extras))
+            assert_same(report, reference_report(report, jobs, segments, extras, budgets))
 
 
 def test_a_ledger_of_jobs_without_time_in_the_window() -> None:
