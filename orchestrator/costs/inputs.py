@@ -110,7 +110,7 @@ def inputs_to_json(inputs: ReportInputs) -> str:
     return json.dumps(
         {
             "jobs": [{k: _encode(v) for k, v in asdict(j).items()} for j in inputs.jobs],
-            "segments": [{k: _encode(v) for k, v in asdict(s).items()} for s in inputs.segments],
+            "segments": [{k: _encode(v) for k, v in s._asdict().items()} for s in inputs.segments],
             "idle_gpu_hours": inputs.idle,
             "measured_gpu_hours": inputs.measured,
             "lost_work": {k: asdict(v) for k, v in inputs.lost.items()},
@@ -138,7 +138,7 @@ def _job(row: dict[str, Any]) -> JobRecord:
 
 
 def _segment(row: dict[str, Any]) -> SegmentRecord:
-    names = {f.name for f in fields(SegmentRecord)}
+    names = set(SegmentRecord._fields)
     data = {k: v for k, v in row.items() if k in names}
     data["started_at"] = _time(data["started_at"])
     data["ended_at"] = _time(data.get("ended_at"))

@@ -15,7 +15,6 @@ exactly as :meth:`JobStore.segments` does. The segments and their order are thos
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import fields
 from datetime import UTC, datetime
 from math import isfinite
 from typing import Any, cast
@@ -28,10 +27,10 @@ from orchestrator.state.row_check import DamagedRow, Row
 from orchestrator.state.store import JobStore, _segment_record
 from orchestrator.state.tables import segments
 
-SEGMENT_COLUMNS = tuple(f.name for f in fields(SegmentRecord))
+SEGMENT_COLUMNS = SegmentRecord._fields
 """The segment columns read, in the order of :class:`SegmentRecord`'s fields."""
 _NUMBER = (int, float)
-_new = object.__new__
+_new = tuple.__new__
 _read_time = datetime.fromisoformat
 
 
@@ -119,11 +118,7 @@ def _clean_record(row: tuple[Any, ...]) -> SegmentRecord | None:
         return None
     if started.tzinfo is None or (ended is not None and ended.tzinfo is None):
         return None
-    record: SegmentRecord = _new(SegmentRecord)  # its fields set as _segment sets them
-    values = record.__dict__
-    values.update(zip(SEGMENT_COLUMNS, row, strict=False))  # every column; the flag after them is left
-    values["started_at"], values["ended_at"] = started, ended
-    return record
+    return _new(SegmentRecord, (*row[:11], started, ended, *row[13:_CLEAN]))  # the flag after them: left
 
 
 def _checked(store: JobStore, row: tuple[Any, ...]) -> tuple[SegmentRecord | None, DamagedRow | None]:
@@ -159,9 +154,7 @@ def _segment(row: tuple[Any, ...]) -> SegmentRecord | None:
         or not (isinstance(on_demand, _NUMBER) and isfinite(on_demand) and on_demand >= 0)
     ):  # fmt: skip
         return None
-    record: SegmentRecord = _new(SegmentRecord)  # its fields set as its __init__ would, without a
-    record.__dict__.update(zip(SEGMENT_COLUMNS, (  # frozen dataclass's object.__setattr__ per field
+    return _new(SegmentRecord, (
         id_, job_id, attempt, gpu_type, instance_type, market, cloud, region, zone, nodes, gpus_per_node,
         started, ended, float(price), float(on_demand), price_source, end_reason,
-    ), strict=True))  # fmt: skip
-    return record
+    ))  # fmt: skip

@@ -21,7 +21,7 @@ def job_row(j: JobRecord) -> dict[str, object]:
 
 def segment_row(s: SegmentRecord, keep_id: bool = False) -> dict[str, object]:
     """``s`` as a row; ``keep_id``: with its id (and its position ``seq``), else the store numbers it."""
-    found = {f.name: getattr(s, f.name) for f in dataclasses.fields(s) if keep_id or f.name != "id"}
+    found = {name: value for name, value in s._asdict().items() if keep_id or name != "id"}
     kept = {"seq": s.id} if keep_id else {}
     return {**found, **kept, "started_at": s.started_at.isoformat(),
             "ended_at": s.ended_at and s.ended_at.isoformat()}  # fmt: skip

@@ -42,9 +42,7 @@ def test_the_report_from_the_store_is_the_report_of_the_records(tmp_path: Path, 
     store, job_records, segment_records = _written(tmp_path / "home")
     stored = read_ledger(store)
     assert stored.jobs == job_records
-    assert [dataclasses.replace(s, id=0) for s in stored.segments] == [
-        dataclasses.replace(s, id=0) for s in segment_records
-    ]
+    assert [s._replace(id=0) for s in stored.segments] == [s._replace(id=0) for s in segment_records]
     expected = ReportInputs(jobs=job_records, segments=segment_records, idle=stored.idle,
                             measured=stored.measured, to_finish=stored.to_finish)  # fmt: skip
     report = build_report_from(stored, NOW, None, by, BUDGETS)

@@ -7,7 +7,6 @@ line per run, so each requeue is one segment) and fall back to the job's own sta
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -165,7 +164,7 @@ def status_from_slurm(name_or_id: str, config: SlurmClusterConfig | None = None)
     job_id = newest.name.removeprefix(JOB_NAME_PREFIX)
     mapping = map_state(newest)
     segments = [seg for job in jobs for seg in segments_of(job, job_id, config, recorded.get(job.job_id))]
-    segments = [dataclasses.replace(seg, id=i + 1) for i, seg in enumerate(segments)]
+    segments = [seg._replace(id=i + 1) for i, seg in enumerate(segments)]
     attempt = attempt_of(newest)
     return SlurmJobStatus(
         slurm_job=newest,
