@@ -97,6 +97,7 @@ def _run(
                 plan.enabled = True
         pending = [j.id for j in store.list_jobs() if not j.status.terminal]
         if not pending and not any(not n.phase.ended for n in world.nodes.values()):
+            plan.enabled = False  # the run is over: the checks that read the store after it never crash
             return store, world, cancels, restarts
         for job in store.list_jobs():
             try:
@@ -145,6 +146,7 @@ def _run_shared(tmp_path: Path, jobs: int, plan: CrashPlan, max_rounds: int = 20
                 plan.enabled = True
         pending = [j.id for j in store.list_jobs() if not j.status.terminal]
         if not pending and not any(not n.phase.ended for n in world.nodes.values()):
+            plan.enabled = False  # the run is over: the checks that read the store after it never crash
             return store, world, cancels, restarts
         for index in (0, 1) if round_no % 2 == 0 else (1, 0):
             try:
