@@ -21,14 +21,14 @@ from orchestrator.costs.avoidable import JobFixes, PricedFix, Tuned, price, save
 from orchestrator.costs.budgets import CostConfig, month_window
 from orchestrator.costs.bulk import without_collector
 from orchestrator.costs.inputs import ReportInputs
-from orchestrator.costs.ledger import JobCost, LostWork, Window, job_costs, segment_cost
+from orchestrator.costs.ledger import JobCost, LostWork, Window, job_costs
 from orchestrator.costs.report_rows import SUMMED as SUMMED
 from orchestrator.costs.report_rows import Buckets, JobExtras, Rows
 from orchestrator.costs.report_rows import ReportRow as ReportRow
 from orchestrator.costs.report_rows import Series as Series
 from orchestrator.errors import UserError
 from orchestrator.spec.durations import parse_duration
-from orchestrator.state.records import JobRecord, SegmentRecord
+from orchestrator.state.records import JobRecord, SegmentRecord, segment_cost_usd
 from orchestrator.times import parse_iso
 
 
@@ -232,7 +232,8 @@ def budget_burn(
     now: datetime,
 ) -> BudgetBurn:
     """The spend of the teams that ``counts`` in the calendar month of ``now``, cumulative per day.
-    Each day sums the segments that overlap it, in the order given (one that does not adds 0.0)."""
+    Each segment is priced inside each day it overlaps (:func:`segment_cost`'s arithmetic) and added
+    to that day's spend, in the order given."""
     month = month_window(now)
     ids = {j.id for j in jobs if counts(j.team)}
     days: list[Window] = []
@@ -241,20 +242,23 @@ def budget_burn(
         days.append(Window(day, min(day + timedelta(days=1), now)))
         day += timedelta(days=1)
     starts = [d.start for d in days]
-    of_day: list[list[SegmentRecord]] = [[] for _ in days]
+    spent = [0.0] * len(days)
     for seg in segments:
         if seg.job_id not in ids:
             continue
-        end = seg.ended_at or now
-        first = max(0, bisect_right(starts, seg.started_at) - 1)  # the day it starts in (or the first)
-        for i in range(first, len(days)):
-            if days[i].start >= end:
+        started, ended = seg.started_at, seg.ended_at or now
+        for i in range(max(0, bisect_right(starts, started) - 1), len(days)):  # from the day it starts in
+            low, high = days[i].start, days[i].end
+            if low >= ended:
                 break
-            if days[i].end > seg.started_at:
-                of_day[i].append(seg)
+            hours = (
+                (high if high < ended else ended) - (low if low > started else started)
+            ).total_seconds() / 3600.0
+            if hours > 0.0:  # a segment outside the day costs nothing in it
+                spent[i] += segment_cost_usd(hours, seg.nodes, seg.node_price_usd_per_hour)
     times, cumulative, total = [], [], 0.0
-    for window, mine in zip(days, of_day, strict=True):
-        total += sum(segment_cost(s, now, window).cost_usd for s in mine)
+    for window, day_usd in zip(days, spent, strict=True):
+        total += day_usd
         times.append(window.end)
         cumulative.append(total)
     return BudgetBurn(label, monthly_usd, month, times, cumulative)
@@ -264,29 +268,30 @@ def budget_burns(
     config: CostConfig | None, jobs: Iterable[JobRecord], segments: Iterable[SegmentRecord], now: datetime
 ) -> list[BudgetBurn]:
     """One :class:`BudgetBurn` per configured team budget, and one for the budget the other teams
-    share (when it is set and some other team spent); empty without budgets."""
+    share (when it is set and some other team spent); empty without budgets. The segments are sorted
+    to the budgets their jobs charge in one pass (each budget's in the order given)."""
     if config is None or not config.has_budgets:
         return []
-    month_start = month_window(now).start
-    job_list = list(jobs)
-    seg_list = [s for s in segments if (s.ended_at or now) > month_start]  # the rest spent nothing this month
-    burns = [
-        budget_burn(f"team {team}", usd, team.__eq__, job_list, seg_list, now)
-        for team, usd in sorted(config.team_budgets_usd.items())
+    listed = set(config.team_budgets_usd)
+    budgets: list[tuple[str, float, Callable[[str], bool]]] = [
+        (f"team {team}", usd, team.__eq__) for team, usd in sorted(config.team_budgets_usd.items())
     ]
     if config.other_teams_monthly_usd is not None:
-        listed = set(config.team_budgets_usd)
-        others = budget_burn(
-            "other teams (shared)",
-            config.other_teams_monthly_usd,
-            lambda t: t not in listed,
-            job_list,
-            seg_list,
-            now,
-        )
-        if others.cumulative_usd and others.cumulative_usd[-1] > 0:
-            burns.append(others)
-    return burns
+        budgets.append(("other teams (shared)", config.other_teams_monthly_usd, lambda t: t not in listed))
+    job_list = list(jobs)
+    charges = {j.id: [i for i, (_, _, counts) in enumerate(budgets) if counts(j.team)] for j in job_list}
+    month_start = month_window(now).start
+    of_budget: list[list[SegmentRecord]] = [[] for _ in budgets]
+    for seg in segments:
+        if (seg.ended_at or now) > month_start:  # the others spent nothing this month
+            for i in charges.get(seg.job_id, ()):
+                of_budget[i].append(seg)
+    burns = [
+        budget_burn(label, usd, counts, job_list, mine, now)
+        for (label, usd, counts), mine in zip(budgets, of_budget, strict=True)
+    ]
+    shared = burns[len(listed) :]  # the other teams' budget: shown once some other team spent
+    return burns[: len(listed)] + [b for b in shared if b.cumulative_usd and b.cumulative_usd[-1] > 0]
 
 
 @without_collector  # a report of a large ledger allocates an object or more per segment
