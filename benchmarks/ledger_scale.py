@@ -9,7 +9,10 @@
    ``gpuctl cost report``'s work is timed in process on each engine, as the CLI runs it (the garbage
    collector paused): reading the ledger (``load_report_inputs``) and building the report, and that
    plus rendering each format (table, CSV, JSON, HTML); wall and CPU seconds, the median of
-   ``--repeats`` runs.
+   ``--repeats`` runs, in a fresh process per engine (as the CLI runs: not in this one, whose heap
+   building the ledger left full of freed objects). The home's ``config.yaml`` gives six of the eight teams a monthly budget and
+   the other two a shared one, so the HTML report (the only format that reads budgets, as in the
+   CLI) draws seven budget burns.
 2. ``--running`` jobs of one node each run on the testing kit's simulated backend, driven by one
    controller per engine until every job is RUNNING; then one controller round (``tick_all``: load,
    observe, decide, persist every job) is timed, the median of ``--repeats`` rounds.
@@ -21,9 +24,11 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
 import os
 import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -31,7 +36,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -86,6 +91,8 @@ def build_ledger(home: Path, n_jobs: int, n_segments: int, now: datetime, seed: 
     with store.engine.begin() as conn:
         conn.execute(segments.insert(), rows)
         conn.execute(sa.update(jobs).where(jobs.c.id.in_(ids)).values(status=str(JobStatus.SUCCEEDED)))
+    teams = ", ".join(f"team{i}: 20000" for i in range(6))  # team6 and team7 share the other budget
+    (home / "config.yaml").write_text(f"budgets:\n  teams: {{{teams}}}\n  other_teams_monthly_usd: 30000\n")
 
 
 def time_reports(home: Path, url: str, repeats: int, now: datetime) -> dict[str, tuple[float, float]]:
@@ -94,6 +101,7 @@ def time_reports(home: Path, url: str, repeats: int, now: datetime) -> dict[str,
     from rich.console import Console
 
     from orchestrator.cli.cost_cmd import load_report_inputs
+    from orchestrator.costs.budgets import load_cost_config
     from orchestrator.costs.bulk import collector_paused
     from orchestrator.costs.html import to_html
     from orchestrator.costs.render import TABLE_ROWS, to_csv, to_json, to_table
@@ -115,7 +123,8 @@ def time_reports(home: Path, url: str, repeats: int, now: datetime) -> dict[str,
 
     def report(render: Callable[[Any], str] | None) -> None:
         with collector_paused():
-            built = build_report_from(load_report_inputs(home), now, None, "job")
+            budgets = load_cost_config(home / "config.yaml") if render is to_html else None  # as the CLI
+            built = build_report_from(load_report_inputs(home), now, None, "job", budgets)
             if render is not None:
                 render(built)
 
@@ -191,7 +200,13 @@ def main() -> None:
     parser.add_argument(
         "--reports-only", action="store_true", help="only the cost reports (no controller round)"
     )
+    parser.add_argument("--time-reports-of", nargs=3, metavar=("HOME", "URL", "NOW"),
+                        help="(run by this script) time the reports of a built ledger; print JSON")  # fmt: skip
     args = parser.parse_args()
+    if args.time_reports_of:
+        home, url, at = args.time_reports_of
+        print(json.dumps(time_reports(Path(home), url, args.repeats, datetime.fromisoformat(at))))
+        return
 
     from orchestrator.testing.postgres import PostgresServer
 
@@ -241,8 +256,8 @@ def _reports(
     move_store(home / "gpuctl.db", pg_url, now, upgrade_schema, pg_url)
     print(f"built and moved the ledger in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     sqlite_url = f"sqlite:///{home / 'gpuctl.db'}"
-    on_sqlite = time_reports(home, sqlite_url, args.repeats, now)
-    on_pg = time_reports(home, pg_url, args.repeats, now)
+    on_sqlite = _reports_in_a_new_process(home, sqlite_url, args.repeats, now)
+    on_pg = _reports_in_a_new_process(home, pg_url, args.repeats, now)
     print(f"load average (1, 5, 15 min) after the reports: {os.getloadavg()}", file=sys.stderr)
     for name in on_sqlite:
         label = "read ledger + build report" if name == "read + build" else f"cost report -o {name}"
@@ -250,6 +265,16 @@ def _reports(
         rows.append((label, on_sqlite[name][0], on_pg[name][0]))
         rows.append(("  CPU of gpuctl's process", on_sqlite[name][1], on_pg[name][1]))
     return rows
+
+
+def _reports_in_a_new_process(home: Path, url: str, repeats: int, now: datetime) -> dict[str, list[float]]:
+    """:func:`time_reports` run by a fresh Python process."""
+    command = [sys.executable, __file__, "--repeats", str(repeats), "--time-reports-of", str(home), url,
+               now.isoformat()]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"timing the reports on {url.split(':')[0]} failed:\n{done.stderr}")
+    return cast(dict[str, list[float]], json.loads(done.stdout))
 
 
 def _shown(seconds: float, ms: bool) -> str:
