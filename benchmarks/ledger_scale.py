@@ -9,10 +9,10 @@
    ``gpuctl cost report``'s work is timed in process on each engine, as the CLI runs it (the garbage
    collector paused): reading the ledger (``load_report_inputs``) and building the report, and that
    plus rendering each format (table, CSV, JSON, HTML); wall and CPU seconds, the median of
-   ``--repeats`` runs, in a fresh process per engine (as the CLI runs: not in this one, whose heap
-   building the ledger left full of freed objects). The home's ``config.yaml`` gives six of the eight teams a monthly budget and
-   the other two a shared one, so the HTML report (the only format that reads budgets, as in the
-   CLI) draws seven budget burns.
+   ``--repeats`` runs, in a fresh process per engine (as the CLI runs; not in this one, whose heap
+   building the ledger left full of freed objects). The home's ``config.yaml`` gives six of the
+   eight teams a monthly budget and the other two a shared one, so the HTML report (the only format
+   that reads budgets, as in the CLI) draws seven budget burns.
 2. ``--running`` jobs of one node each run on the testing kit's simulated backend, driven by one
    controller per engine until every job is RUNNING; then one controller round (``tick_all``: load,
    observe, decide, persist every job) is timed, the median of ``--repeats`` rounds.

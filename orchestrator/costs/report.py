@@ -283,7 +283,7 @@ def budget_burns(
     month_start = month_window(now).start
     of_budget: list[list[SegmentRecord]] = [[] for _ in budgets]
     for seg in segments:
-        if (seg.ended_at or now) > month_start:  # the others spent nothing this month
+        if (seg.ended_at or now) > month_start:  # one that ended before the month spent nothing in it
             for i in charges.get(seg.job_id, ()):
                 of_budget[i].append(seg)
     burns = [
