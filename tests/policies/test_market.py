@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from orchestrator.catalog.offers import MarketKind
 from orchestrator.errors import UserError
 from orchestrator.policies.context import MarketContext, ZoneHistory
 from orchestrator.policies.market import POLICIES, market_policy
@@ -35,7 +36,7 @@ def ctx(
         on_demand_price=3.0,
         zones=list(up),
         spot_available=up,
-        current_market=market,
+        current_market=None if market is None else MarketKind(market),
         current_zone=zone,
         history=history or ZoneHistory.empty(),
     )
